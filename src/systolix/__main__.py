@@ -1,0 +1,5 @@
+"""``python -m systolix`` runs the CLI."""
+
+from systolix.cli import main
+
+main()

@@ -1,0 +1,113 @@
+"""The accelerator's architecture: one typed, validated object every stage reads.
+
+Mirrors Tensil's ``.tarch`` JSON key for key (see ``../shared/notes/tensil-formats.md``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from systolix.errors import ArchitectureError
+from systolix.numerics import DataType
+from systolix.validation import describe_validation_error
+
+# The .tarch keys in Tensil's own order, which is also the order we write them in.
+TARCH_KEYS = (
+    "data_type",
+    "array_size",
+    "dram0_depth",
+    "dram1_depth",
+    "local_depth",
+    "accumulator_depth",
+    "simd_registers_depth",
+    "stride0_depth",
+    "stride1_depth",
+    "number_of_threads",
+    "thread_queue_depth",
+)
+
+
+class Architecture(BaseModel):
+    """A Tensor Compute Unit configuration (Tensil's ``.tarch``).
+
+    Depths are counted in vectors of ``array_size`` scalars.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    data_type: DataType
+    array_size: int = Field(ge=2, le=256, description="N: the array is N x N, a vector holds N scalars")
+    dram0_depth: int = Field(ge=1, le=2**32, description="vectors in DRAM0 (variables)")
+    dram1_depth: int = Field(ge=1, le=2**32, description="vectors in DRAM1 (constants)")
+    local_depth: int = Field(ge=1, le=2**24, description="vectors in the on-chip local memory")
+    accumulator_depth: int = Field(ge=1, le=2**24, description="vectors in the accumulators")
+    simd_registers_depth: int = Field(ge=0, le=16, description="registers per SIMD ALU")
+    stride0_depth: int = Field(ge=1, le=2**8, description="power-of-two strides encodable in operand 0")
+    stride1_depth: int = Field(ge=1, le=2**8, description="power-of-two strides encodable in operand 1")
+    number_of_threads: int = Field(default=1, ge=1, le=2)
+    thread_queue_depth: int = Field(default=8, ge=1)
+
+    @field_validator("data_type", mode="before")
+    @classmethod
+    def _data_type_from_name(cls, value: Any) -> DataType:
+        if isinstance(value, DataType):
+            return value
+        if isinstance(value, str):
+            try:
+                return DataType[value]
+            except KeyError:
+                names = ", ".join(d.name for d in DataType)
+                raise ValueError(f"unknown data type {value!r} (expected one of {names})") from None
+        raise ValueError(f"expected a data type name, got {type(value).__name__}")
+
+    # --- derived quantities -------------------------------------------------------
+    @property
+    def vector_bytes(self) -> int:
+        """Bytes one vector occupies in DRAM."""
+        return self.array_size * self.data_type.size_bytes
+
+    def to_tarch(self) -> dict[str, Any]:
+        """The architecture as Tensil's ``.tarch`` JSON object."""
+        d = {key: getattr(self, key) for key in TARCH_KEYS}
+        d["data_type"] = self.data_type.name
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_tarch(), indent=4)
+
+    @classmethod
+    def from_tarch(cls, data: Any, source: str = "architecture") -> "Architecture":
+        """Validate a ``.tarch`` JSON object; errors name ``source`` and the field."""
+        if not isinstance(data, dict):
+            raise ArchitectureError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        missing = [k for k in TARCH_KEYS if k not in data and k not in ("number_of_threads", "thread_queue_depth")]
+        if missing:
+            raise ArchitectureError(f"{source}: missing key {missing[0]!r}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise ArchitectureError(describe_validation_error(source, e)) from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Architecture":
+        """Read a ``.tarch`` file."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise ArchitectureError(f"{path}: cannot read architecture file: {e.strerror}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ArchitectureError(f"{path}: not valid JSON: {e.msg} at line {e.lineno}") from None
+        return cls.from_tarch(data, source=str(path))
+
+    def save(self, path: str | Path) -> None:
+        """Write a ``.tarch`` file atomically."""
+        from systolix.artifacts.atomic import write_text_atomic
+
+        write_text_atomic(Path(path), self.to_json() + "\n")
