@@ -59,6 +59,10 @@ _PYNQ_Z1_12 = _arch(12, 1048576, 1048576, 8192, 2048)
 BOARDS: dict[str, Board] = {
     "arty-a7-35": Board(
         name="arty-a7-35", architecture=_ARTY_A7_35, clock_mhz=150.0, dram_bus_bits=64,
+        # The Arty's only DRAM is a 16-bit DDR3L-667 (1.33 GB/s raw) behind Xilinx's MIG, shared
+        # by both ports; long bursts sustain about 80% of that, ~1.07 GB/s = 0.9 x the port's
+        # 1.2 GB/s (a typical MIG figure, not measured here).
+        dram_efficiency=0.9,
         dram_peak_gbps=1.2, description="Digilent Arty A7-35 (XC7A35T), 8x8 at 150 MHz, the seed's table",
     ),
     "pynq-z1": Board(
@@ -71,9 +75,15 @@ BOARDS: dict[str, Board] = {
     ),
     "zcu104": Board(
         name="zcu104", architecture=ARCHITECTURES["zcu104"], clock_mhz=100.0, dram_bus_bits=128,
-        dram_peak_gbps=1.6, description="Xilinx ZCU104 (ZU7EV), 32x32 at 100 MHz, Tensil's 128-bit AXI data ports",
+        # The data ports' AXI side at 300 MHz (4.8 GB/s a port), the usual HP-port clock of
+        # Zynq UltraScale+ designs. An assumption the measured frame rates demand: read at
+        # 100 MHz (1.6 GB/s) the model cannot fit them (docs/latency-model.md).
+        dram_clock_mhz=300.0, dram_peak_gbps=4.8,
+        description="Xilinx ZCU104 (ZU7EV), 32x32 at 100 MHz, Tensil's 128-bit AXI data ports",
     ),
     "zcu104-512": Board(
+        # Tensil's dual-clock variant: 512-bit data ports at the accelerator's 100 MHz (6.4 GB/s a
+        # port), clock-converted to the PS side; the same program as `zcu104`.
         name="zcu104-512", architecture=ARCHITECTURES["zcu104"], clock_mhz=100.0, dram_bus_bits=512,
         dram_peak_gbps=6.4, description="Xilinx ZCU104, 32x32 at 100 MHz, dual-clock 512-bit AXI interface",
     ),

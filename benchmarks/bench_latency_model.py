@@ -1,0 +1,65 @@
+"""Latency model benchmark: simulator speed (instructions per second) and the calibration table.
+
+Run: .venv/bin/python benchmarks/bench_latency_model.py
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from systolix.arch import get_board  # noqa: E402
+from systolix.isa.codec import DecodedProgram  # noqa: E402
+from systolix.perf import load_program, simulate  # noqa: E402
+from systolix.perf.calibration import calibration_table, default_resnet20_dir, fit  # noqa: E402
+
+FIELDS = ("opcode", "flags", "op0", "op1", "op2", "addr0", "stride0", "addr1", "stride1", "size")
+
+
+def tiled(program: DecodedProgram, times: int) -> DecodedProgram:
+    """The program repeated back to back (a long program with realistic instruction mix)."""
+    return DecodedProgram(layout=program.layout, **{f: np.tile(getattr(program, f), times) for f in FIELDS})
+
+
+def speed_table(console: Console) -> None:
+    root = default_resnet20_dir()
+    t = Table(title="Simulator speed (after numba compilation)")
+    for col in ("program", "instructions", "seconds", "instructions / s"):
+        t.add_column(col, justify="left" if col == "program" else "right")
+    model, program = load_program(next((root / "baseline").glob("*.tmodel")))
+    board = get_board("zcu104").with_architecture(model.arch)
+    simulate(program, board)  # compile
+    for label, prog in (("ResNet-20 baseline", program), ("ResNet-20 baseline x 20 (1.0 M)", tiled(program, 20)),
+                        ("ResNet-20 baseline x 100 (5.0 M)", tiled(program, 100))):
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            simulate(prog, board)
+            best = min(best, time.perf_counter() - t0)
+        t.add_row(label, f"{len(prog):,}", f"{best:.3f}", f"{len(prog) / best:,.0f}")
+    console.print(t)
+
+
+def calibration(console: Console) -> None:
+    params = fit()
+    console.print(f"fit: dram_request_ns = {params['dram_request_ns']}, host_ns_per_scalar = {params['host_ns_per_scalar']}")
+    t = Table(title="Calibration on Tensil's ResNet-20 programs, real ZCU104 at 100 MHz")
+    for col in ("program", "bus", "predicted fps", "measured fps", "error", "bound"):
+        t.add_column(col, justify="left" if col in ("program", "bound") else "right", no_wrap=True)
+    for r in calibration_table():
+        t.add_row(r.point.directory + "/" + (" (fit)" if r.fitted_on else ""), str(r.estimate.board.dram_bus_bits),
+                  f"{r.predicted_fps:.1f}", f"{r.point.measured_fps:.2f}", f"{r.error:+.1%}", r.estimate.bound)
+    console.print(t)
+
+
+if __name__ == "__main__":
+    console = Console(width=120)
+    speed_table(console)
+    calibration(console)

@@ -1,0 +1,286 @@
+"""``estimate``: frame latency, frame rate, unit shares and per-layer times of a program on a board."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from systolix.arch import Board
+from systolix.artifacts import TModel
+from systolix.errors import ArtifactError, SystolixError
+from systolix.isa import InstructionLayout, decode_program
+from systolix.isa.codec import DecodedProgram
+from systolix.perf.simulator import UNIT_LABELS, UNITS, Timeline, simulate
+
+# What bounds a run: the unit categories compared by busy time.
+BOUND_CATEGORIES = {
+    "array": ("array",),
+    "memory traffic": ("dram0", "dram1", "port_b"),
+    "instruction issue": ("decoder",),
+    "accumulators/SIMD": ("acc",),
+}
+
+
+@dataclass
+class LayerEstimate:
+    """One layer of the layer map (or one inferred stage) under the model."""
+
+    name: str
+    ops: list[str]
+    first: int
+    end: int
+    macs: int
+    cycles: float  # time this layer adds to the frame (from the previous layer's end to its own)
+    unit_cycles: dict[str, float]
+    dram_bytes: int
+
+    @property
+    def instructions(self) -> int:
+        return self.end - self.first
+
+    def to_json(self, clock_mhz: float, n: int) -> dict[str, Any]:
+        return {
+            "name": self.name, "ops": self.ops, "first": self.first, "end": self.end, "macs": self.macs,
+            "cycles": round(self.cycles, 1), "latency_ms": self.cycles / (clock_mhz * 1e3),
+            "mac_efficiency": self.macs / (n * n * self.cycles) if self.cycles > 0 else 0.0,
+            "dram_bytes": self.dram_bytes, "units": {u: round(c, 1) for u, c in self.unit_cycles.items()},
+        }
+
+
+@dataclass
+class Estimate:
+    """The latency model's answer for one program on one board."""
+
+    board: Board
+    instructions: int
+    cycles: float  # accelerator clocks for one run of the program
+    io_scalars: int  # input and output scalars the host writes and reads per frame
+    macs: int
+    macs_source: str  # "layer map" or "array" (MatMul vectors x N^2, includes zero padding)
+    unit_busy: dict[str, float]
+    layers: list[LayerEstimate] | None
+    timeline: Timeline = field(repr=False)
+
+    @property
+    def accelerator_ms(self) -> float:
+        return self.cycles / (self.board.clock_mhz * 1e3)
+
+    @property
+    def host_ms(self) -> float:
+        return self.io_scalars * self.board.host_ns_per_scalar * 1e-6
+
+    @property
+    def latency_ms(self) -> float:
+        return self.accelerator_ms + self.host_ms
+
+    @property
+    def fps(self) -> float:
+        return 1e3 / self.latency_ms if self.latency_ms > 0 else float("inf")
+
+    @property
+    def mac_efficiency(self) -> float:
+        n = self.board.architecture.array_size
+        return self.macs / (n * n * self.cycles) if self.cycles > 0 else 0.0
+
+    @property
+    def unit_shares(self) -> dict[str, float]:
+        return {u: (b / self.cycles if self.cycles else 0.0) for u, b in self.unit_busy.items()}
+
+    @property
+    def bound(self) -> str:
+        """The category whose busiest unit is busy longest: what the run waits on."""
+        best, best_busy = "", -1.0
+        for name, units in BOUND_CATEGORIES.items():
+            busy = max(self.unit_busy[u] for u in units)
+            if busy > best_busy:
+                best, best_busy = name, busy
+        return best
+
+    def to_json(self) -> dict[str, Any]:
+        """The estimate as plain data (the ``--json`` output)."""
+        n = self.board.architecture.array_size
+        return {
+            "board": self.board.name,
+            "array_size": n,
+            "clock_mhz": self.board.clock_mhz,
+            "instructions": self.instructions,
+            "cycles": round(self.cycles, 1),
+            "accelerator_ms": self.accelerator_ms,
+            "host_ms": self.host_ms,
+            "latency_ms": self.latency_ms,
+            "fps": self.fps,
+            "macs": self.macs,
+            "macs_source": self.macs_source,
+            "mac_efficiency": self.mac_efficiency,
+            "units": {
+                u: {"label": UNIT_LABELS[u], "busy_cycles": round(self.unit_busy[u], 1), "share": self.unit_shares[u]}
+                for u in UNITS
+            },
+            "bound": self.bound,
+            "layers": None if self.layers is None else [l.to_json(self.board.clock_mhz, n) for l in self.layers],
+        }
+
+
+def load_program(tmodel_path: str | Path) -> tuple[TModel, DecodedProgram]:
+    """A ``.tmodel`` and its decoded program."""
+    path = Path(tmodel_path)
+    if path.suffix != ".tmodel":
+        raise ArtifactError(f"{path}: expected a .tmodel manifest")
+    model = TModel.load(path)
+    prog_path = path.parent / model.prog.file_name
+    program = decode_program(prog_path.read_bytes(), InstructionLayout.of(model.arch), str(prog_path))
+    return model, program
+
+
+def unit_work(program: DecodedProgram, timeline: Timeline) -> np.ndarray:
+    """Clocks each instruction keeps each unit busy: shape (instructions, units)."""
+    op = program.opcode
+    f = program.flags
+    n = (program.size + 1).astype(np.float64)
+    lw_n = (program.addr1 + 1).astype(np.float64)
+    work = np.zeros((len(program), len(UNITS)))
+    col = {u: i for i, u in enumerate(UNITS)}
+    work[:, col["decoder"]] = timeline.params.issue_cycles
+    mm = op == 1
+    mm_reads = mm & ((f & 2) == 0)
+    work[mm, col["array"]] = n[mm]
+    work[mm, col["acc"]] = n[mm]
+    work[mm_reads, col["port_a"]] = n[mm_reads]
+    lw = op == 3
+    lw_reads = lw & ((f & 1) == 0)
+    work[lw, col["array"]] = lw_n[lw]
+    work[lw_reads, col["port_a"]] = lw_n[lw_reads]
+    dm = op == 2
+    acc_move = dm & (f >= 12)
+    work[acc_move, col["acc"]] = n[acc_move]
+    work[acc_move, col["port_a"]] = n[acc_move]
+    xfer = timeline.end - timeline.start
+    for flows, unit in (((0, 1), "dram0"), ((2, 3), "dram1")):
+        sel = dm & np.isin(f, flows)
+        work[sel, col[unit]] = xfer[sel]
+        work[sel, col["port_b"]] = xfer[sel]
+    simd = op == 4
+    work[simd, col["acc"]] = np.where((f[simd] & 3) == 3, 2.0, 1.0)
+    return work
+
+
+def dram_bytes_per_instruction(program: DecodedProgram, vector_bytes: int) -> np.ndarray:
+    dm = (program.opcode == 2) & (program.flags <= 3)
+    return np.where(dm, (program.size + 1) * vector_bytes, 0).astype(np.int64)
+
+
+def array_macs(program: DecodedProgram, n: int) -> int:
+    """MACs the array performs: every MatMul vector (zero-padded channels included) x N^2."""
+    mm = (program.opcode == 1) & ((program.flags & 2) == 0)
+    return int((program.size[mm] + 1).sum()) * n * n
+
+
+def layer_entries_from_map(layer_map: list[dict], n_instr: int, source: str) -> list[dict]:
+    entries = []
+    for i, layer in enumerate(layer_map):
+        where = f"{source}[{i}]"
+        if not isinstance(layer, dict):
+            raise ArtifactError(f"{where}: expected an object")
+        try:
+            first, end = int(layer["first"]), int(layer["end"])
+            name = str(layer.get("name", f"layer {i}"))
+            macs = int(layer.get("macs", 0))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ArtifactError(f"{where}: missing or bad field {e}") from None
+        if not 0 <= first <= end <= n_instr:
+            raise ArtifactError(f"{where} ({name!r}): instruction range [{first}, {end}) is outside the program's {n_instr} instructions")
+        entries.append({"name": name, "ops": list(layer.get("ops", [])), "first": first, "end": end, "macs": macs})
+    return entries
+
+
+def infer_stages(program: DecodedProgram) -> list[dict]:
+    """Stages of a program without a layer map (Tensil's own compiles).
+
+    Tensil's scheduler ends every stage by moving results out of the accumulators
+    (DataMove acc->local, seed section 2.6) and no two stages share weights or accumulators,
+    so a stage starts at the first instruction after a run of such moves (and of the
+    DRAM saves that follow them) that touches anything else.
+    """
+    op = program.opcode
+    f = program.flags
+    is_save = (op == 2) & ((f == 12) | (f == 1) | (f == 3))
+    starts = [0]
+    in_save = False
+    for i in range(len(program)):
+        if is_save[i]:
+            in_save = True
+        elif in_save and op[i] != 0:
+            starts.append(i)
+            in_save = False
+    bounds = starts + [len(program)]
+    return [
+        {"name": f"stage {k + 1}", "ops": ["(inferred)"], "first": a, "end": b, "macs": 0}
+        for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])) if b > a
+    ]
+
+
+def layer_estimates(program: DecodedProgram, timeline: Timeline, entries: list[dict], vector_bytes: int,
+                    n: int, macs_from_array: bool = False) -> list[LayerEstimate]:
+    """Per-layer time, unit busy clocks and DRAM bytes for the given instruction ranges."""
+    work = unit_work(program, timeline)
+    dram = dram_bytes_per_instruction(program, vector_bytes)
+    mm_vectors = np.where((program.opcode == 1) & ((program.flags & 2) == 0), program.size + 1, 0)
+    out = []
+    prev_end = 0.0
+    for e in entries:
+        a, b = e["first"], e["end"]
+        layer_end = float(timeline.done[a:b].max()) if b > a else prev_end
+        layer_end = max(layer_end, prev_end)
+        macs = int(mm_vectors[a:b].sum()) * n * n if macs_from_array else e["macs"]
+        out.append(LayerEstimate(
+            name=e["name"], ops=e["ops"], first=a, end=b, macs=macs, cycles=layer_end - prev_end,
+            unit_cycles={u: float(work[a:b, j].sum()) for j, u in enumerate(UNITS)},
+            dram_bytes=int(dram[a:b].sum()),
+        ))
+        prev_end = layer_end
+    return out
+
+
+def estimate(
+    program: DecodedProgram | TModel | str | Path,
+    board: Board,
+    layer_map: list[dict] | None = None,
+    model: TModel | None = None,
+) -> Estimate:
+    """Estimate one frame of ``program`` on ``board``.
+
+    ``program`` is a decoded program or a ``.tmodel`` path. With a manifest (``model``), its
+    architecture replaces the board's, its inputs and outputs give the host's per-frame I/O,
+    and its ``systolix.layers`` (if any) the layer map.
+    """
+    if isinstance(program, (str, Path)):
+        model, program = load_program(program)
+    elif isinstance(program, TModel):
+        raise SystolixError("estimate: pass a .tmodel path (its program is read from beside it)")
+    if model is not None:
+        board = board.with_architecture(model.arch)
+        if layer_map is None and model.systolix and model.systolix.get("layers"):
+            layer_map = model.systolix["layers"]
+    arch = board.architecture
+    if program.layout != InstructionLayout.of(arch):
+        raise SystolixError(f"the program was decoded for another architecture than the board's {board.name!r}")
+    timeline = simulate(program, board)
+    n = arch.array_size
+    io_scalars = 0
+    if model is not None:
+        io_scalars = (sum(t.size for t in model.inputs) + sum(t.size for t in model.outputs)) * n
+    layers = None
+    if layer_map:
+        entries = layer_entries_from_map(layer_map, len(program), "systolix.layers")
+        layers = layer_estimates(program, timeline, entries, arch.vector_bytes, n)
+        macs, source = sum(l.macs for l in layers), "layer map"
+    else:
+        macs, source = array_macs(program, n), "array (MatMul vectors x N^2, includes zero padding)"
+    return Estimate(
+        board=board, instructions=len(program), cycles=timeline.cycles, io_scalars=io_scalars, macs=macs,
+        macs_source=source, unit_busy={u: float(timeline.busy[i]) for i, u in enumerate(UNITS)},
+        layers=layers, timeline=timeline,
+    )
