@@ -44,6 +44,30 @@ def speed_table(console: Console) -> None:
             simulate(prog, board)
             best = min(best, time.perf_counter() - t0)
         t.add_row(label, f"{len(prog):,}", f"{best:.3f}", f"{len(prog) / best:,.0f}")
+    # A real whole network: our compile of ResNet-50 v2 for the Ultra96-V2 (16x16), simulated and
+    # estimated whole (the estimate adds the per-layer table from the layer map).
+    import tempfile
+
+    from systolix.compiler import compile_model
+    from systolix.models import build_cached
+    from systolix.perf import estimate
+
+    u96 = get_board("ultra96-v2")
+    with console.status("compiling ResNet-50 v2 for the Ultra96-V2 (about 20 s)"):
+        compiled = compile_model(build_cached("resnet50v2"), u96.architecture, name="resnet50v2")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = compiled.save(tmp)
+        model, r50 = load_program(path)
+        board = u96.with_architecture(model.arch)
+        for label, run in (("ResNet-50 v2, our compile, 16x16: simulate", lambda: simulate(r50, board)),
+                           ("ResNet-50 v2, our compile, 16x16: estimate with layers", lambda: estimate(path, u96))):
+            run()
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                run()
+                best = min(best, time.perf_counter() - t0)
+            t.add_row(label, f"{len(r50):,}", f"{best:.3f}", f"{len(r50) / best:,.0f}")
     console.print(t)
 
 

@@ -1,56 +1,91 @@
-"""``systolix demo``: the main job on a built-in example."""
+"""``systolix demo``: the main job on the bundled example.
+
+Compiles a real trained model (the digits CNN in ``systolix/examples``), runs its held-out images
+on the bit-exact emulator, compares with onnxruntime, and prints the latency on every board.
+"""
 
 from __future__ import annotations
 
-import tempfile
+import time
+from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import typer
+from rich.table import Table
 
 from systolix.cli import app
 from systolix.cli.common import console
 
+DEMO_ARCH = "pynqz1"
 
-def _example_program():
-    """A small program of our own: load a weight block, multiply 4 vectors, ReLU, store."""
-    from systolix.isa import SIMD, DataFlow, DataMove, LoadWeights, MatMul, NoOp, SimdOp
 
-    return [
-        DataMove(DataFlow.DRAM1_TO_LOCAL, local_address=0, address=0, size=8),  # bias + 8 weight rows
-        DataMove(DataFlow.DRAM0_TO_LOCAL, local_address=9, address=0, size=3),  # 4 input vectors
-        LoadWeights(local_address=0, size=8),
-        MatMul(local_address=9, acc_address=0, size=3),
-        SIMD(SimdOp.ZERO, dest=1),  # reg1 = 0, the other operand of ReLU's max
-        *[SIMD(SimdOp.MAX, left=0, right=1, dest=0, read_address=i, write_address=i, read=True, write=True) for i in range(4)],
-        NoOp(),
-        DataMove(DataFlow.ACC_TO_LOCAL, local_address=13, address=0, size=3),
-        DataMove(DataFlow.LOCAL_TO_DRAM0, local_address=13, address=4, size=3),
-    ]
+def _example_files() -> tuple[Path, Path]:
+    root = resources.files("systolix") / "examples"
+    return Path(str(root / "digits_cnn.onnx")), Path(str(root / "digits_heldout.npz"))
 
 
 @app.command()
 def demo(
-    workdir: Path = typer.Option(None, "--workdir", help="Keep the files here instead of a temporary folder."),
+    workdir: Path = typer.Option(Path("out/demo"), "--workdir", help="Where to write the compiled artifacts."),
+    arch: str = typer.Option(DEMO_ARCH, "--arch", "-a", help="Architecture to compile for and run on."),
 ) -> None:
-    """Run the main job on a built-in example and print what it does."""
-    from systolix.artifacts import write_bytes_atomic, write_text_atomic
-    from systolix.cli.foundation import archs
-    from systolix.isa import InstructionLayout, decode_program, encode_program
-    from systolix.isa.assembly import assemble, format_program
+    """Compile the bundled digits CNN, run it on the emulator against onnxruntime, print its latency."""
+    import onnxruntime as ort
 
-    archs()
-    with tempfile.TemporaryDirectory() as tmp:
-        out = workdir or Path(tmp)
-        out.mkdir(parents=True, exist_ok=True)
-        from systolix.arch import ARCHITECTURES
+    from systolix.arch import BOARDS
+    from systolix.cli.common import resolve_arch
+    from systolix.compiler import compile_model
+    from systolix.perf import estimate
 
-        layout = InstructionLayout.of(ARCHITECTURES["pynqz1"])
-        program = _example_program()
-        listing = format_program(program, "example: one 8x8 weight block, 4 vectors, ReLU, store")
-        write_text_atomic(out / "example.s", listing)
-        data = assemble(listing, layout, "example.s")
-        assert data == encode_program(program, layout)
-        write_bytes_atomic(out / "example.tprog", data)
-        console.rule("example program for pynqz1 (assembled, then disassembled)")
-        console.print(f"{len(program)} instructions, {len(data)} bytes ({layout.instruction_bytes} bytes each)")
-        console.print(format_program(decode_program(data, layout, "example.tprog")), end="", markup=False)
+    onnx_path, data_path = _example_files()
+    with np.load(data_path) as f:
+        x, y = f["x"].astype(np.float32), f["y"]
+    architecture = resolve_arch(arch)
+    console.rule(f"[bold]Systolix demo[/]: {onnx_path.name}, a CNN trained on scikit-learn's digits")
+
+    start = time.perf_counter()
+    compiled = compile_model(onnx_path, architecture)
+    compiled.save(workdir)
+    compile_s = time.perf_counter() - start
+    s = compiled.summary
+    console.print(f"compiled for [bold]{arch}[/] ({architecture.array_size}x{architecture.array_size}, "
+                  f"{architecture.data_type.name}) in {compile_s:.2f} s: {s.instructions:,} instructions, "
+                  f"{len(s.layers)} layers, {s.macs:,} useful MACs; artifacts in {workdir}/")
+
+    session = ort.InferenceSession(onnx_path.read_bytes(), providers=["CPUExecutionProvider"])
+    in_name = session.get_inputs()[0].name
+    # The exported model takes one image (batch 1), as deployed models usually do.
+    reference = np.concatenate([session.run(None, {in_name: x[i : i + 1]})[0] for i in range(len(x))])
+    start = time.perf_counter()
+    # One batched pass over the program: a leading batch axis on the input.
+    ours = next(iter(compiled.run({in_name: x[:, None]}).values()))
+    run_s = time.perf_counter() - start
+    ours = ours.reshape(reference.shape)
+
+    err = np.abs(ours - reference)
+    agree = float(np.mean(ours.argmax(1) == reference.argmax(1)))
+    acc_ref = float(np.mean(reference.argmax(1) == y))
+    acc_ours = float(np.mean(ours.argmax(1) == y))
+    t = Table(title=f"{len(x)} held-out images: emulator (bit-exact {architecture.data_type.name}) vs onnxruntime (float32)")
+    for col in ("", "onnxruntime", "systolix emulator"):
+        t.add_column(col, justify="right" if col else "left")
+    t.add_row("accuracy", f"{acc_ref:.2%}", f"{acc_ours:.2%}")
+    t.add_row("same class as onnxruntime", "", f"{agree:.2%}")
+    t.add_row("max |logit error|", "", f"{err.max():.4f}")
+    t.add_row("mean |logit error|", "", f"{err.mean():.4f}")
+    t.add_row("wall time", "", f"{run_s:.2f} s ({len(x) / run_s:,.0f} images/s)")
+    console.print(t)
+
+    lat = Table(title="Predicted latency of this model (systolix latency model, docs/latency-model.md)")
+    for col in ("board", "array", "MHz", "latency ms", "frames/s", "MAC eff.", "bound by"):
+        lat.add_column(col, justify="left" if col in ("board", "bound by") else "right", no_wrap=True)
+    for name, board in BOARDS.items():
+        board_model = compile_model(onnx_path, board.architecture)
+        board_dir = workdir / name
+        board_model.save(board_dir)
+        e = estimate(next(board_dir.glob("*.tmodel")), board)
+        a = board.architecture
+        lat.add_row(name, f"{a.array_size}x{a.array_size}", f"{board.clock_mhz:g}", f"{e.latency_ms:.3f}",
+                    f"{e.fps:,.0f}", f"{e.mac_efficiency:.1%}", e.bound)
+    console.print(lat)

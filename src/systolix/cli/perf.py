@@ -9,36 +9,65 @@ import typer
 from rich.table import Table
 
 from systolix.cli import app
-from systolix.cli.common import console, err_console, require_file
+from systolix.cli.common import console, err_console, require_file, resolve_arch
 from systolix.errors import SystolixError
 
 
-def _load(model: Path, arch: str | None):
-    """A ``.tmodel`` and its program; an ONNX model needs the compiler."""
+def _load(model: Path):
+    """A plain ``.tmodel`` and its program (``profile``: one program, one timeline)."""
     from systolix.perf import load_program
+    from systolix.perf.estimate import segment_manifests
 
     require_file(model, "model")
-    if model.suffix == ".onnx":
-        raise SystolixError(
-            f"{model}: estimating an ONNX model needs the compiler (systolix.compiler), which this build does "
-            "not have yet; compile it first and give the .tmodel"
-        )
     if model.suffix != ".tmodel":
-        raise SystolixError(f"{model}: expected a .tmodel (or .onnx) file")
-    if arch is not None:
-        raise SystolixError("--arch applies to ONNX models; a .tmodel runs on the architecture in its manifest")
+        raise SystolixError(f"{model}: expected a .tmodel file")
+    if segment_manifests(model) is not None:
+        raise SystolixError(f"{model}: a model partitioned between accelerator and host; profile one of its "
+                            "accelerator segments' .tmodel files (listed under systolix.segments)")
     return load_program(model)
 
 
-def _estimate(model: Path, board_name: str, arch: str | None):
+def _compile_onnx(model: Path, board, arch: str | None, strategy: str, directory: Path) -> Path:
+    """Compile an ONNX model for ``arch`` (default: the board's) into ``directory``, with a progress bar."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from systolix.compiler import compile_model
+
+    target = resolve_arch(arch) if arch is not None else board.architecture
+    with Progress(TextColumn("compiling {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True) as bar:
+        task = bar.add_task(f"{model.name} for {target.array_size}x{target.array_size}", total=None)
+
+        def progress(_segment: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        compiled = compile_model(model, target, strategy=strategy, progress=progress)
+    return compiled.save(directory)
+
+
+def _estimate(model: Path, board_name: str, arch: str | None, strategy: str):
+    """The estimate of a .tmodel (or an .onnx compiled first) and, for a partitioned model, its segments."""
+    import tempfile
+
     from systolix.arch import get_board
     from systolix.perf import estimate
+    from systolix.perf.estimate import estimate_partitioned, segment_manifests
 
     board = get_board(board_name)
-    tmodel, program = _load(model, arch)
-    with err_console.status(f"simulating {len(program):,} instructions on {board.name}"):
-        est = estimate(program, board, model=tmodel)
-    return tmodel, program, est
+    require_file(model, "model")
+    with tempfile.TemporaryDirectory(prefix="systolix-estimate-") as tmp:
+        if model.suffix == ".onnx":
+            path = _compile_onnx(model, board, arch, strategy, Path(tmp))
+        elif model.suffix == ".tmodel":
+            if arch is not None:
+                raise SystolixError("--arch applies to ONNX models; a .tmodel runs on the architecture in its manifest")
+            path = model
+        else:
+            raise SystolixError(f"{model}: expected a .tmodel or an .onnx file")
+        with err_console.status(f"simulating {path.name} on {board.name}"):
+            if segment_manifests(path) is not None:
+                return estimate_partitioned(path, board)
+            return estimate(path, board), None
 
 
 def print_estimate(est, title: str) -> None:
@@ -80,15 +109,28 @@ def print_estimate(est, title: str) -> None:
 def estimate(
     model: Path = typer.Argument(..., help="A .tmodel (or an .onnx model, compiled for the board first)."),
     board: str = typer.Option(..., "--board", "-b", help="Board: arty-a7-35, pynq-z1, ultra96-v2, zcu104, zcu104-512."),
-    arch: str = typer.Option(None, "--arch", "-a", help="Architecture for an ONNX model (default: the board's)."),
+    arch: str = typer.Option(None, "--arch", "-a", help="Architecture for an ONNX model (preset or .tarch; default: the board's)."),
+    strategy: str = typer.Option("local-isolated", "--strategy", "-s",
+                                 help="Compiler strategy for an ONNX model: local-isolated, local-vars, local-consts, "
+                                      "local-vars-and-consts."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Predict a model's latency, frame rate and unit shares on a board."""
-    _, _, est = _estimate(model, board, arch)
+    est, segments = _estimate(model, board, arch, strategy)
     if as_json:
-        print(json.dumps(est.to_json()))
-    else:
-        print_estimate(est, f"{model.name} on {est.board.name}")
+        data = est.to_json()
+        if segments is not None:
+            data["segments"] = [{"kind": s["kind"], "name": s["name"], "nodes": s["nodes"],
+                                 "estimate": None if s["estimate"] is None else s["estimate"].to_json(),
+                                 **({"note": s["note"]} if "note" in s else {})} for s in segments]
+        print(json.dumps(data))
+        return
+    print_estimate(est, f"{model.name} on {est.board.name}")
+    if segments is not None:
+        host = [s for s in segments if s["kind"] == "host"]
+        console.print(f"{len(segments)} segments, {len(host)} on the host: the figures above are the accelerator "
+                      f"segments' sum; the host segments ({', '.join(n for s in host for n in s['nodes'])}) run "
+                      "under onnxruntime and are not timed")
 
 
 @app.command()
@@ -110,7 +152,7 @@ def profile(
     from systolix.perf.profile import write_report, write_trace
     from systolix.perf.samples import sample_times, sample_words, write_samples
 
-    tmodel, program = _load(model, None)
+    tmodel, program = _load(model)
     if output.exists() and not output.is_dir():
         raise SystolixError(f"{output}: exists and is not a directory")
     layer_map = (tmodel.systolix or {}).get("layers") or None
@@ -158,25 +200,139 @@ def _prepend(program, instr):
     return type(program)(layout=layout, **cols)
 
 
+def _ms(v) -> str:
+    return "-" if v is None else (f"{v:,.0f}" if v >= 100 else f"{v:.3g}" if v < 10 else f"{v:.1f}")
+
+
+def _fps(v) -> str:
+    return "-" if v is None else (f"{v:,.0f}" if v >= 100 else f"{v:.3g}")
+
+
 @app.command()
 def bench(
-    as_json: bool = typer.Option(False, "--json", help="Print the tables as one JSON object."),
+    as_json: bool = typer.Option(False, "--json", help="Print both tables as one JSON object."),
+    models: list[str] = typer.Option(None, "--model", "-m",
+                                     help="Only this benchmark model in table 1 (repeatable): resnet20v2, resnet50v2, "
+                                          "yolov4_tiny."),
+    boards: list[str] = typer.Option(None, "--board", "-b",
+                                     help="Only this board in table 1 (repeatable): arty-a7-35, pynq-z1, ultra96-v2."),
+    no_models: bool = typer.Option(False, "--no-models", help="Skip table 1 (the long part: compiling ResNet-50)."),
+    no_zcu104: bool = typer.Option(False, "--no-zcu104", help="Skip table 2 (Tensil's ZCU104 programs and ours)."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print the tables as Markdown (for the README)."),
 ) -> None:
-    """Benchmark tables: Tensil's real ZCU104 programs, predicted against measured."""
-    from systolix.perf.bench import provenance, tensil_programs_table
+    """Benchmark tables: the seed's models on the seed's boards, and Tensil's ZCU104 programs against ours."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with err_console.status("simulating Tensil's six measured ZCU104 runs"):
-        rows = tensil_programs_table()
+    from systolix.arch import get_board
+    from systolix.models import MODELS
+    from systolix.perf.bench import (BENCH_BOARDS, BENCH_MODELS, MODELS_CAPTION, ZCU104_CONFIGS, models_table,
+                                     provenance, zcu104_table)
+
+    for m in models or ():
+        if m not in MODELS:
+            raise SystolixError(f"--model {m}: unknown model (benchmark models: {', '.join(BENCH_MODELS)})")
+    for b in boards or ():
+        get_board(b)  # a clear error for an unknown board
+    chosen_models = tuple(models) if models else BENCH_MODELS
+    chosen_boards = tuple(boards) if boards else BENCH_BOARDS
     meta = provenance()
+    if no_models and no_zcu104:
+        raise SystolixError("--no-models and --no-zcu104 together leave no table to print")
+    jobs = (0 if no_models else len(chosen_models) * len(chosen_boards)) + (0 if no_zcu104 else len(ZCU104_CONFIGS))
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True) as bar:
+        overall = bar.add_task("compiling and simulating", total=jobs)
+        layers = bar.add_task("", total=None)
+        seen: set[str] = set()
+
+        def progress(label: str, done: int, total: int) -> None:
+            if label not in seen:  # a new compile: one job further
+                if seen:
+                    bar.advance(overall)
+                seen.add(label)
+                if len(seen) > jobs:  # a larger-DRAM retry: one job more than planned
+                    bar.update(overall, total=len(seen))
+            bar.update(layers, description=f"  {label}: layer", completed=done, total=total or None)
+
+        rows1 = None if no_models else models_table(chosen_models, chosen_boards, progress)
+        rows2 = None if no_zcu104 else zcu104_table(progress=progress)
+        bar.update(overall, completed=jobs)
     if as_json:
-        print(json.dumps({**meta, "models": None, "tensil_programs": rows}))
+        print(json.dumps({**meta, "models": rows1, "zcu104": rows2}))
         return
-    err_console.print("table 1 (the seed's benchmark models) needs the compiler, not in this build yet")
-    t = Table(title=f"Tensil's ResNet-20 programs on a ZCU104 at 100 MHz, model against measurement "
-                    f"({meta['date']}, commit {meta['commit']})")
-    for col in ("program", "bus", "predicted ms", "predicted fps", "measured fps", "error", "bound"):
-        t.add_column(col, justify="left" if col in ("program", "bound") else "right", no_wrap=True)
+    stamp = f"{meta['date']}, commit {meta['commit']}"
+    if rows1 is not None:
+        _show(f"Benchmark models (random weights), our compile under the calibrated model ({stamp})",
+              _models_cells(rows1), markdown, MODELS_CAPTION)
+    if rows2 is not None:
+        _show(f"ResNet-20 v2 on a ZCU104 at 100 MHz: Tensil's programs and our compile under the same calibrated "
+              f"model ({stamp})", _zcu104_cells(rows2), markdown)
+
+
+def _models_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
+    """Table 1 as header, string rows and footnotes (why a row did not compile)."""
+    header = ["model", "board", "array", "MHz", "our ms", "our fps", "seed ms", "seed fps", "compute bound ms",
+              "share of bound", "bound by"]
+    cells, notes = [], []
     for r in rows:
-        t.add_row(r["program"].removeprefix("Tensil ") + (" (fit)" if r["fitted_on"] else ""), f"{r['bus_bits']}",
-                  f"{r['latency_ms']:.2f}", f"{r['fps']:.1f}", f"{r['measured_fps']:.2f}", f"{r['error']:+.1%}", r["bound"])
+        board = r["board"]
+        if r.get("variant"):
+            notes.append(r["variant"])
+            board += f" [{len(notes)}]"
+        head = [r["title"], board, f"{r['array_size']}x{r['array_size']}", f"{r['clock_mhz']:g}"]
+        seed = [_ms(r["seed_latency_ms"]), _fps(r["seed_fps"])]
+        if r["error"]:
+            notes.append(r["error"])
+            cells.append(head + ["-", "-"] + seed + ["-", "-", f"not compiled [{len(notes)}]"])
+        else:
+            cells.append(head + [_ms(r["latency_ms"]), _fps(r["fps"])] + seed
+                         + [_ms(r["compute_bound_ms"]), f"{r['share_of_bound']:.1%}", r["bound"]])
+    return header, cells, notes
+
+
+def _zcu104_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
+    """Table 2 as header, string rows and footnotes."""
+    header = ["architecture", "strategy", "bus bits", "measured fps", "Tensil's program fps", "error",
+              "our compile fps", "ours / Tensil's", "our bound"]
+    cells, notes = [], []
+    for r in rows:
+        tensil, ours = r["tensil"], r["systolix"]
+        tcols = ["-", "-"] if tensil is None else [
+            f"{tensil['fps']:.1f}" + (" (fit)" if tensil["fitted_on"] else ""), f"{tensil['error']:+.1%}"]
+        if ours["error"]:
+            notes.append(ours["error"])
+            ocols = ["-", "-", f"not compiled [{len(notes)}]"]
+        else:
+            ratio = "-" if tensil is None else f"{ours['fps'] / tensil['fps']:.2f}x"
+            ocols = [f"{ours['fps']:.1f}", ratio, ours["bound"]]
+        measured = "-" if r["measured_fps"] is None else f"{r['measured_fps']:.2f}"
+        cells.append([r["architecture"], r["strategy"], f"{r['bus_bits']}", measured] + tcols + ocols)
+    return header, cells, notes
+
+
+LEFT_COLUMNS = {"model", "board", "bound by", "architecture", "strategy", "our bound"}
+
+
+def _show(title: str, table: tuple[list[str], list[list[str]], list[str]], markdown: bool, caption: str = "") -> None:
+    header, cells, notes = table
+    if markdown:
+        print(f"**{title}**\n")
+        if caption:
+            print(f"{caption}\n")
+        print("| " + " | ".join(header) + " |")
+        print("| " + " | ".join("---" if h in LEFT_COLUMNS else "---:" for h in header) + " |")
+        for row in cells:
+            print("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+        print()
+        for i, note in enumerate(notes, 1):
+            print(f"[{i}] {note}  ")
+        print()
+        return
+    t = Table(title=title, caption=caption or None)
+    for h in header:
+        t.add_column(h, justify="left" if h in LEFT_COLUMNS else "right", no_wrap=h in ("model", "board", "array"))
+    for row in cells:
+        t.add_row(*row)
     console.print(t)
+    for i, note in enumerate(notes, 1):
+        console.print(f"[{i}] {note}", highlight=False)

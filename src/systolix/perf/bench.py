@@ -1,29 +1,79 @@
 """The benchmark tables of ``systolix bench``, one function per table.
 
-Table 2 (``tensil_programs_table``) puts Tensil's real ZCU104 programs under the calibrated
-model next to the frame rates measured on the board. Table 1 (the seed's three benchmark
-models on its three boards) needs the compiler and the model builders; it plugs in here as
-``models_table`` once they exist.
+Table 1 (``models_table``) compiles the seed's three benchmark models (random weights, from
+``systolix.models``) for the three boards of the seed's benchmark table and puts our
+calibrated latency next to the figures the seed publishes. Table 2 (``zcu104_table``) puts
+Tensil's real ZCU104 ResNet-20 programs, our own compile of ResNet-20 v2 for the same
+architectures and strategies, and the frame rates measured on the board side by side, all
+under the same calibrated model. ``tensil_programs_table`` is the calibration table alone.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from systolix.arch import get_board
+from systolix.errors import SystolixError
 from systolix.perf.calibration import calibration_table
+from systolix.perf.estimate import Estimate, estimate
+
+# The seed's benchmark table (seed 000, section 1, "Benchmarks"): Tensil's published latency
+# (ms) and frame rate per board. They come from Tensil's serial latency model, not from
+# hardware (``../shared/notes/tensil-formats.md``). The seed's headings are lost; the three
+# tables are, in order, ResNet-20 v2 (CIFAR), YOLOv4-tiny (labelled "ImageNet") and
+# ResNet-50 v2 (ImageNet): ResNet-50 is the heaviest (3.5 GMAC against 0.74 for YOLOv4-tiny
+# at 192), so it is the slowest table.
+SEED_FIGURES: dict[str, dict[str, tuple[float, float]]] = {
+    "resnet20v2": {"arty-a7-35": (21, 48), "pynq-z1": (14, 71), "ultra96-v2": (4, 250)},
+    "yolov4_tiny": {"arty-a7-35": (175, 5.7), "pynq-z1": (112, 8.9), "ultra96-v2": (36, 28)},
+    "resnet50v2": {"arty-a7-35": (1969, 0.5), "pynq-z1": (833, 1.2), "ultra96-v2": (260, 3.8)},
+}
+BENCH_MODELS = ("resnet20v2", "resnet50v2", "yolov4_tiny")
+BENCH_BOARDS = ("arty-a7-35", "pynq-z1", "ultra96-v2")
+MODEL_TITLES = {"resnet20v2": "ResNet-20 v2", "resnet50v2": "ResNet-50 v2", "yolov4_tiny": "YOLOv4-tiny"}
+MODELS_CAPTION = ("ResNet-20 v2: CIFAR-10, 32x32x3; ResNet-50 v2: ImageNet, 224x224x3; YOLOv4-tiny: 192x192x3 up to "
+                  "its two heads. Random weights; compiled with strategy local-isolated; seed = the seed's published "
+                  "figures (Tensil's serial model); compute bound = useful MACs / N^2 / clock.")
+
+# Table 2's configurations: (architecture, strategy, board, Tensil's program directory or
+# None, measured label in expected.json or None). Tensil's ``baseline/`` is its default
+# strategy on the zcu104 architecture; the ``ultra_ram*`` programs are its four strategies on
+# zcu104_uram. Our compiler has the same four strategies, so every architecture gets all four.
+ZCU104_CONFIGS: tuple[tuple[str, str, str, str | None], ...] = (
+    ("zcu104", "local-isolated", "zcu104", "baseline"),
+    ("zcu104", "local-isolated", "zcu104-512", "baseline"),
+    ("zcu104", "local-vars", "zcu104", None),
+    ("zcu104", "local-consts", "zcu104", None),
+    ("zcu104", "local-vars-and-consts", "zcu104", None),
+    ("zcu104_uram", "local-isolated", "zcu104", "ultra_ram"),
+    ("zcu104_uram", "local-vars", "zcu104", "ultra_ram_local_vars"),
+    ("zcu104_uram", "local-consts", "zcu104", "ultra_ram_local_consts"),
+    ("zcu104_uram", "local-vars-and-consts", "zcu104", "ultra_ram_local_vars_and_consts"),
+)
+
+# progress(description, done, total) while a compile runs (done/total count the layers; 0, 0 at its start).
+Progress = Callable[[str, int, int], None]
 
 
 def provenance() -> dict[str, str]:
-    """Date (UTC) and commit the tables were produced at."""
-    commit = "uncommitted"
+    """Date (UTC) and short commit the tables were produced at ("unknown" outside a checkout;
+    "+dirty" when tracked files differ from that commit, so the tables are not its own)."""
+    commit = "unknown"
+    here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5, cwd=here)
         if out.returncode == 0 and out.stdout.strip():
             commit = out.stdout.strip()
+            # Read-only check of tracked files against HEAD (exit 1: they differ).
+            diff = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], capture_output=True, timeout=10, cwd=here)
+            if diff.returncode == 1:
+                commit += "+dirty"
     except (OSError, subprocess.SubprocessError):
         pass
     return {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit}
@@ -36,6 +86,7 @@ def tensil_programs_table(resnet20_dir: Path | None = None) -> list[dict[str, An
         e = r.estimate
         rows.append({
             "program": f"Tensil {r.point.directory}/",
+            "directory": r.point.directory,
             "board": e.board.name,
             "bus_bits": e.board.dram_bus_bits,
             "instructions": e.instructions,
@@ -48,5 +99,151 @@ def tensil_programs_table(resnet20_dir: Path | None = None) -> list[dict[str, An
             "mac_efficiency": e.mac_efficiency,
             "bound": e.bound,
             "fitted_on": r.fitted_on,
+        })
+    return rows
+
+
+@dataclass
+class CompiledEstimate:
+    """One compile of a model for an architecture, estimated on a board (or why it failed)."""
+
+    estimate: Estimate | None
+    compile_seconds: float
+    error: str | None = None
+
+
+def compile_and_estimate(model, arch, board_name: str, strategy: str = "local-isolated",
+                         progress: Progress | None = None, label: str = "") -> CompiledEstimate:
+    """Compile ``model`` (ONNX) for ``arch`` and estimate one frame on ``board_name``.
+
+    A model the compiler refuses (does not fit the memories, an op it cannot run) gives
+    ``error`` with the compiler's message instead of raising; so does a model the compiler
+    splits between accelerator and host, whose host part the latency model cannot time.
+    """
+    from systolix.compiler import compile_model
+
+    board = get_board(board_name)
+    started = time.perf_counter()
+    cb = None if progress is None else (lambda _seg, done, total: progress(label, done, total))
+    if progress is not None:
+        progress(label, 0, 0)  # a new job starts, even if it fails before its first layer
+    try:
+        compiled = compile_model(model, arch, strategy=strategy, progress=cb, name="bench")
+    except SystolixError as e:
+        return CompiledEstimate(None, time.perf_counter() - started, str(e))
+    seconds = time.perf_counter() - started
+    host = compiled.summary.host_nodes
+    if host:
+        return CompiledEstimate(None, seconds, f"{len(host)} node(s) run on the host ({', '.join(host[:3])}): "
+                                "the latency model times the accelerator only")
+    with tempfile.TemporaryDirectory(prefix="systolix-bench-") as tmp:
+        path = compiled.save(tmp)
+        est = estimate(path, board)
+    return CompiledEstimate(est, seconds)
+
+
+def compute_bound_ms(macs: int, array_size: int, clock_mhz: float) -> float:
+    """The array's floor: every clock a full N x N of useful MACs."""
+    return macs / (array_size * array_size * clock_mhz * 1e3)
+
+
+def _estimate_fields(e: Estimate) -> dict[str, Any]:
+    return {
+        "instructions": e.instructions,
+        "cycles": round(e.cycles, 1),
+        "latency_ms": e.latency_ms,
+        "accelerator_ms": e.accelerator_ms,
+        "host_ms": e.host_ms,
+        "fps": e.fps,
+        "macs": e.macs,
+        "mac_efficiency": e.mac_efficiency,
+        "bound": e.bound,
+    }
+
+
+def models_table(models: tuple[str, ...] = BENCH_MODELS, boards: tuple[str, ...] = BENCH_BOARDS,
+                 progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Table 1: each benchmark model compiled for each board, against the seed's figures."""
+    from systolix.models import build_cached
+
+    rows = []
+    for name in models:
+        onnx_model = build_cached(name)
+        for board_name in boards:
+            board = get_board(board_name)
+            n = board.architecture.array_size
+            seed_ms, seed_fps = SEED_FIGURES.get(name, {}).get(board_name, (None, None))
+            r = compile_and_estimate(onnx_model, board.architecture, board_name, progress=progress,
+                                     label=f"{name} on {board_name}")
+            row: dict[str, Any] = {
+                "model": name, "title": MODEL_TITLES.get(name, name), "board": board_name, "array_size": n,
+                "clock_mhz": board.clock_mhz, "seed_latency_ms": seed_ms, "seed_fps": seed_fps, "variant": None,
+                "compile_seconds": round(r.compile_seconds, 2), "error": r.error,
+            }
+            if r.estimate is not None:
+                e = r.estimate
+                bound_ms = compute_bound_ms(e.macs, n, board.clock_mhz)
+                row.update(_estimate_fields(e))
+                row["compute_bound_ms"] = bound_ms
+                row["share_of_bound"] = bound_ms / e.latency_ms
+            rows.append(row)
+            if r.error and "vectors of DRAM" in r.error:
+                rows.append(_with_larger_dram(onnx_model, name, board_name, progress))
+    return rows
+
+
+# When a model's constants or activations overflow a preset's DRAM depths (ResNet-50's 25.6 M
+# weights on the 8x8 and 12x12 presets' 1 M vectors), the bench also compiles it with both
+# depths raised to this many vectors: 4 M vectors of 8 or 12 16-bit scalars are 64 or 96 MB a
+# region, which the Arty A7-35's 256 MB and the Pynq Z1's 512 MB of DDR3 hold. Only the
+# address fields grow; the array and its memories on chip stay as they are.
+LARGER_DRAM_DEPTH = 4 * 1024 * 1024
+
+
+def _with_larger_dram(onnx_model, name: str, board_name: str, progress: Progress | None) -> dict[str, Any]:
+    board = get_board(board_name)
+    arch = board.architecture.model_copy(update={"dram0_depth": LARGER_DRAM_DEPTH, "dram1_depth": LARGER_DRAM_DEPTH})
+    board = board.with_architecture(arch)
+    n = arch.array_size
+    seed_ms, seed_fps = SEED_FIGURES.get(name, {}).get(board_name, (None, None))
+    r = compile_and_estimate(onnx_model, arch, board_name, progress=progress,
+                             label=f"{name} on {board_name} (larger DRAM)")
+    row: dict[str, Any] = {
+        "model": name, "title": MODEL_TITLES.get(name, name), "board": board_name, "array_size": n,
+        "clock_mhz": board.clock_mhz, "seed_latency_ms": seed_ms, "seed_fps": seed_fps,
+        "variant": f"DRAM0 and DRAM1 depths raised to {LARGER_DRAM_DEPTH:,} vectors",
+        "compile_seconds": round(r.compile_seconds, 2), "error": r.error,
+    }
+    if r.estimate is not None:
+        e = r.estimate
+        row.update(_estimate_fields(e))
+        row["compute_bound_ms"] = compute_bound_ms(e.macs, n, board.clock_mhz)
+        row["share_of_bound"] = row["compute_bound_ms"] / e.latency_ms
+    return row
+
+
+def zcu104_table(resnet20_dir: Path | None = None, progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Table 2: Tensil's ZCU104 ResNet-20 programs and our compile of ResNet-20 v2 for the same
+    architecture and strategy, under the same calibrated model, with the measured frame rate."""
+    from systolix.arch import get_architecture
+    from systolix.models import build_cached
+
+    tensil = {(r["directory"], r["board"]): r for r in tensil_programs_table(resnet20_dir)}
+    onnx_model = build_cached("resnet20v2")
+    rows = []
+    for arch_name, strategy, board_name, directory in ZCU104_CONFIGS:
+        t = tensil.get((directory, board_name)) if directory else None
+        r = compile_and_estimate(onnx_model, get_architecture(arch_name), board_name, strategy, progress,
+                                 f"resnet20v2 {arch_name} {strategy} on {board_name}")
+        ours: dict[str, Any] = {"compile_seconds": round(r.compile_seconds, 2), "error": r.error}
+        if r.estimate is not None:
+            ours.update(_estimate_fields(r.estimate))
+        rows.append({
+            "architecture": arch_name, "strategy": strategy, "board": board_name,
+            "bus_bits": get_board(board_name).dram_bus_bits,
+            "measured_fps": t["measured_fps"] if t else None,
+            "tensil": None if t is None else {k: t[k] for k in (
+                "program", "instructions", "latency_ms", "fps", "error", "mac_efficiency", "bound", "fitted_on")},
+            "systolix": ours,
         })
     return rows

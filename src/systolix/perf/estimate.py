@@ -284,3 +284,62 @@ def estimate(
         macs_source=source, unit_busy={u: float(timeline.busy[i]) for i, u in enumerate(UNITS)},
         layers=layers, timeline=timeline,
     )
+
+
+def segment_manifests(tmodel_path: str | Path) -> list[dict] | None:
+    """For a model partitioned between accelerator and host (``systolix.segments``), its
+    segments in order (``kind``, ``nodes``, and ``tmodel`` or ``onnx``); None for a plain model."""
+    path = Path(tmodel_path)
+    model = TModel.load(path)
+    segments = (model.systolix or {}).get("segments")
+    if not segments:
+        return None
+    for i, seg in enumerate(segments):
+        if not isinstance(seg, dict) or seg.get("kind") not in ("accelerator", "host"):
+            raise ArtifactError(f"{path}: systolix.segments[{i}]: expected an object with kind accelerator or host")
+        if seg["kind"] == "accelerator" and not (path.parent / str(seg.get("tmodel", ""))).is_file():
+            raise ArtifactError(f"{path}: systolix.segments[{i}]: its .tmodel {seg.get('tmodel')!r} is missing")
+    return segments
+
+
+def estimate_partitioned(tmodel_path: str | Path, board: Board) -> tuple[Estimate, list[dict]]:
+    """One frame of a partitioned model's accelerator segments, run one after the other.
+
+    Returns the combined estimate (cycles, busy clocks, I/O and MACs summed; layers
+    concatenated, named ``segment/layer``) and one entry per segment (``kind``, ``name``, and
+    for accelerator segments its own ``estimate``). Host segments run on the CPU under
+    onnxruntime: the latency model does not time them, and says so in the entries.
+    """
+    path = Path(tmodel_path)
+    segments = segment_manifests(path)
+    if segments is None:
+        raise ArtifactError(f"{path}: not a partitioned model (no systolix.segments)")
+    parts: list[dict] = []
+    estimates: list[Estimate] = []
+    for seg in segments:
+        if seg["kind"] == "host":
+            parts.append({"kind": "host", "name": seg.get("onnx", ""), "nodes": seg.get("nodes", []),
+                          "estimate": None, "note": "runs on the host CPU (onnxruntime): not timed"})
+            continue
+        e = estimate(path.parent / seg["tmodel"], board)
+        estimates.append(e)
+        parts.append({"kind": "accelerator", "name": seg["tmodel"], "nodes": seg.get("nodes", []), "estimate": e})
+    if not estimates:
+        raise SystolixError(f"{path}: every segment runs on the host; there is nothing for the accelerator to time")
+    first = estimates[0]
+    layers: list[LayerEstimate] | None = []
+    for part, e in ((p, p["estimate"]) for p in parts if p["estimate"] is not None):
+        if e.layers is None:
+            layers = None
+            break
+        stem = part["name"].removesuffix(".tmodel")
+        layers.extend(LayerEstimate(f"{stem}/{l.name}", l.ops, l.first, l.end, l.macs, l.cycles, l.unit_cycles,
+                                    l.dram_bytes) for l in e.layers)
+    combined = Estimate(
+        board=first.board, instructions=sum(e.instructions for e in estimates),
+        cycles=sum(e.cycles for e in estimates), io_scalars=sum(e.io_scalars for e in estimates),
+        macs=sum(e.macs for e in estimates), macs_source=first.macs_source,
+        unit_busy={u: sum(e.unit_busy[u] for e in estimates) for u in UNITS},
+        layers=layers, timeline=first.timeline,
+    )
+    return combined, parts

@@ -1,0 +1,122 @@
+"""Encode a scheduled program and describe it in a ``.tmodel``; write the files atomically.
+
+The ``.tmodel`` keeps Tensil's keys exactly (so Tensil's own driver can load a model that runs
+wholly on the accelerator) and adds the ``systolix`` key of ``docs/tmodel-extension.md``:
+tensor shapes and layouts of inputs and outputs, and the layer map.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from systolix.arch import Architecture
+from systolix.artifacts import ConstsRef, ProgramRef, TensorSpan, TModel, pack_scalars, write_bytes_atomic
+from systolix.backend.encoder import encode_fast
+from systolix.isa import InstructionLayout
+from systolix.scheduler.codegen import LirProgram
+from systolix.scheduler.hir import Activation, HirProgram
+from systolix.scheduler.lowering import canonical_chw
+
+
+@dataclass
+class Artifacts:
+    """A compiled program's files, in memory: ``files[name] = bytes``; the manifest's name first."""
+
+    name: str
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def tmodel_name(self) -> str:
+        return f"{self.name}.tmodel"
+
+    def save(self, directory: str | Path) -> Path:
+        """Write every file atomically; the ``.tmodel`` last, so it never names a missing file."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        written = []
+        try:
+            for fname, data in self.files.items():
+                if fname != self.tmodel_name:
+                    write_bytes_atomic(directory / fname, data)
+                    written.append(directory / fname)
+            write_bytes_atomic(directory / self.tmodel_name, self.files[self.tmodel_name])
+        except BaseException:
+            for p in written:
+                with contextlib.suppress(OSError):
+                    os.unlink(p)
+            raise
+        return directory / self.tmodel_name
+
+
+def io_entry(name: str, shape: tuple[int, ...], act: Activation, perm: list[int] | None = None) -> dict:
+    if perm is None:
+        _, _, _, perm = canonical_chw(tuple(shape))
+    return {"name": name, "shape": [int(s) for s in shape], "layout": {"perm": perm, "padded_channels": act.G * act.N}}
+
+
+def build_artifacts(name: str, arch: Architecture, hir: HirProgram, lir: LirProgram, listing: bool = False) -> Artifacts:
+    """The ``.tprog``, ``.tdata``, ``.tmodel`` (and ``.tasm`` with ``listing``) of one program."""
+    layout = InstructionLayout.of(arch)
+    prog = encode_fast(lir.instructions, layout)
+    tdata = pack_scalars(lir.consts.reshape(-1), arch.data_type)
+    files: dict[str, bytes] = {}
+    prog_name, data_name = f"{name}.tprog", f"{name}.tdata"
+    files[prog_name] = prog
+    consts = []
+    if lir.consts.shape[0]:
+        files[data_name] = tdata
+        consts.append(ConstsRef(file_name=data_name, base=0, size=int(lir.consts.shape[0])))
+    inputs = [TensorSpan(name=n, base=a.base, size=a.vectors) for n, a in hir.inputs.items()]
+    outputs = [TensorSpan(name=n, base=a.base, size=a.vectors) for n, a in hir.outputs.items()]
+    extension = {
+        "version": 1,
+        "inputs": [io_entry(n, hir.input_shapes[n], a, hir.perms.get(n)) for n, a in hir.inputs.items()],
+        "outputs": [io_entry(n, hir.output_shapes[n], a, hir.perms.get(n)) for n, a in hir.outputs.items()],
+        "layers": [{"name": r.name, "ops": r.ops, "first": r.first, "end": r.end, "macs": r.macs} for r in lir.layers],
+        "segments": None,
+        "strategy": lir.strategy,
+    }
+    manifest = TModel(
+        name=name,
+        prog=ProgramRef(file_name=prog_name, size=len(prog)),
+        consts=consts,
+        inputs=inputs,
+        outputs=outputs,
+        arch=arch,
+        load_consts_to_local=lir.load_consts_to_local,
+        systolix=extension,
+    )
+    files[f"{name}.tmodel"] = json.dumps(manifest.to_json_dict(), separators=(",", ":")).encode()
+    if listing:
+        from systolix.isa.assembly import format_program
+
+        header = f"{name}: {len(lir.instructions)} instructions for {arch.array_size}x{arch.array_size} {arch.data_type.name}"
+        text = format_program(lir.instructions, header)
+        files[f"{name}.tasm"] = _annotate(text, lir).encode()
+    return Artifacts(name, files)
+
+
+def _annotate(text: str, lir: LirProgram) -> str:
+    """Mark where each layer starts in the listing."""
+    starts = {r.first: r for r in lir.layers}
+    lines = text.splitlines()
+    out = []
+    index = 0
+    for line in lines:
+        if line.startswith("#"):
+            out.append(line)
+            continue
+        if index in starts:
+            r = starts[index]
+            out.append(f"# layer {r.name} ({', '.join(r.ops)}): instructions {r.first}..{r.end - 1}")
+        out.append(line)
+        index += 1
+    return "\n".join(out) + "\n"
+
+
+def write_artifacts(artifacts: Artifacts, directory: str | Path) -> Path:
+    return artifacts.save(directory)

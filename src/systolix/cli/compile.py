@@ -1,0 +1,108 @@
+"""``systolix compile``: an ONNX model to Tensil-compatible files, with a compile summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from systolix.cli import app
+from systolix.cli.common import console, err_console, resolve_arch
+
+
+def summary_tables(summary) -> list[Table]:
+    """Tensil-style compile summary: memories, totals, layers, node placement."""
+    arch = summary.arch
+    N = arch.array_size
+    vb = arch.vector_bytes
+    mem = Table(title=f"Compiled {summary.model} for {N}x{N} {arch.data_type.name} ({summary.strategy})", show_lines=False)
+    mem.add_column("memory")
+    mem.add_column("used (vectors)", justify="right")
+    mem.add_column("depth (vectors)", justify="right")
+    mem.add_column("used (bytes)", justify="right")
+    consts_where = "local (consts)" if summary.strategy in ("local-consts", "local-vars-and-consts") else "DRAM1 (consts)"
+    rows = [
+        ("DRAM0 (vars)", summary.dram0_vectors, arch.dram0_depth, summary.dram0_vectors * vb),
+        (consts_where, summary.consts_vectors, arch.dram1_depth if consts_where.startswith("DRAM1") else arch.local_depth,
+         summary.consts_vectors * vb),
+        ("local (peak per layer)", summary.local_peak, arch.local_depth, summary.local_peak * vb),
+        ("accumulators (peak)", summary.acc_peak, arch.accumulator_depth, summary.acc_peak * N * 4),
+    ]
+    for name, used, depth, nbytes in rows:
+        mem.add_row(name, f"{used:,}", f"{depth:,}", f"{nbytes:,}")
+
+    totals = Table(title="Totals", show_header=False)
+    totals.add_column("")
+    totals.add_column("", justify="right")
+    acc_segments = sum(1 for s in summary.segments if s.kind == "accelerator")
+    host_segments = sum(1 for s in summary.segments if s.kind == "host")
+    totals.add_row("layers", f"{len(summary.layers):,}")
+    totals.add_row("stages", f"{sum(r.stages for r in summary.layers):,}")
+    totals.add_row("partitions", f"{sum(r.partitions for r in summary.layers):,}")
+    totals.add_row("instructions", f"{summary.instructions:,}")
+    totals.add_row("useful MACs", f"{summary.macs:,} ({summary.macs / 1e6:.2f} M)")
+    totals.add_row("segments", f"{acc_segments} accelerator, {host_segments} host")
+    totals.add_row("compile time", f"{summary.seconds:.2f} s")
+
+    layers = Table(title="Layers")
+    for col in ("#", "layer", "ops", "instructions", "stages", "partitions", "MACs"):
+        layers.add_column(col, justify="right" if col in ("#", "instructions", "stages", "partitions", "MACs") else "left")
+    for k, r in enumerate(summary.layers):
+        layers.add_row(str(k), r.name, "+".join(r.ops), f"{r.end - r.first:,}", str(r.stages), str(r.partitions), f"{r.macs:,}")
+
+    where = Table(title="Where the nodes run")
+    where.add_column("op")
+    where.add_column("accelerator", justify="right")
+    where.add_column("host", justify="right")
+    where.add_column("host nodes")
+    by_op: dict[str, list] = {}
+    for node, (op, place) in summary.placement_ops.items():
+        entry = by_op.setdefault(op, [0, []])
+        if place == "host":
+            entry[1].append(node)
+        else:
+            entry[0] += 1
+    for op, (on_acc, host) in sorted(by_op.items()):
+        shown = ", ".join(host[:4]) + (f", ... ({len(host)} in all)" if len(host) > 4 else "")
+        where.add_row(op, str(on_acc), f"[bold yellow]{len(host)}[/]" if host else "0", shown)
+    return [mem, totals, layers, where]
+
+
+@app.command("compile")
+def compile_command(
+    model: Path = typer.Argument(..., help="The ONNX model (.onnx)."),
+    arch: str = typer.Option(..., "--arch", "-a", help="Architecture: a preset name (pynqz1, ultra96v2, zcu104, ...) or a .tarch file."),
+    output: Path = typer.Option(Path("."), "--output", "-o", help="Directory for the .tmodel, .tprog and .tdata files."),
+    strategy: str = typer.Option("local-isolated", "--strategy", "-s",
+                                 help="Memory strategy: local-isolated, local-vars, local-consts, local-vars-and-consts."),
+    no_host: bool = typer.Option(False, "--no-host", help="Fail on ops the accelerator cannot run instead of running them on the host."),
+    asm: bool = typer.Option(False, "--asm", help="Also write the assembly listing (.tasm)."),
+    name: str = typer.Option(None, "--name", help="Base name of the output files (default: MODEL_NxN)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the path of the written .tmodel."),
+) -> None:
+    """Compile an ONNX model for a Tensil-compatible accelerator and print a compile summary."""
+    from systolix.compiler import compile_model
+    from systolix.frontend import FrontendError
+
+    if not model.exists():
+        raise FrontendError(f"{model}: no such ONNX file")
+    architecture = resolve_arch(arch)
+    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} layers"),
+                        TimeElapsedColumn(), console=err_console, transient=True, disable=quiet)
+    with progress:
+        task = progress.add_task(f"compiling {model.name}", total=None)
+
+        def on_layer(segment: str, done: int, total: int) -> None:
+            progress.update(task, description=f"scheduling {segment}", completed=done, total=total)
+
+        compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_layer)
+    path = compiled.save(output)
+    if quiet:
+        console.print(str(path))
+        return
+    for table in summary_tables(compiled.summary):
+        console.print(table)
+    written = sorted(output / f for f in compiled.artifacts)
+    console.print("wrote " + ", ".join(str(p) for p in written))

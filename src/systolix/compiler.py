@@ -1,0 +1,279 @@
+"""``compile_model``: an ONNX model and an architecture to a runnable, saveable compiled model.
+
+The model is split into segments in execution order: runs of nodes the accelerator can run
+(each compiled by ``systolix.scheduler.pipeline.compile_graph`` into a Tensil program) and runs
+it cannot (host subgraphs, run by onnxruntime), the way Xilinx's compiler partitions a graph
+into DPU and CPU subgraphs. A model with no host part is a single plain Tensil
+``.tmodel``/``.tprog``/``.tdata``; otherwise the top-level ``.tmodel`` lists the segments under
+``systolix.segments`` (``docs/tmodel-extension.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import onnx
+
+from systolix.arch import Architecture, get_architecture
+from systolix.artifacts import ProgramRef, TModel
+from systolix.backend import Artifacts
+from systolix.errors import SystolixError
+from systolix.frontend import graph_from_model, import_onnx
+from systolix.ir import Graph
+from systolix.runtime.model import Model
+from systolix.runtime.partitioned import PartitionedModel
+from systolix.scheduler.codegen import STRATEGIES
+from systolix.scheduler.lowering import Unsupported
+from systolix.scheduler.pipeline import SegmentResult, compile_graph
+
+
+class UnsupportedOpError(SystolixError):
+    """With host fallback off, a node the accelerator cannot run."""
+
+
+@dataclass
+class Segment:
+    """A run of nodes (indices into the graph) on the accelerator or on the host."""
+
+    kind: str
+    nodes: list[int]
+    inputs: list[str]
+    outputs: list[str]
+    name: str = ""
+    result: SegmentResult | None = None
+    onnx_bytes: bytes | None = None
+
+
+@dataclass
+class CompileSummary:
+    """What the compile summary prints."""
+
+    model: str
+    arch: Architecture
+    strategy: str
+    segments: list[Segment]
+    placement: dict[str, str]
+    seconds: float
+    consts_vectors: int = 0
+    dram0_vectors: int = 0
+    local_peak: int = 0
+    acc_peak: int = 0
+    instructions: int = 0
+    macs: int = 0
+    layers: list = field(default_factory=list)
+    placement_ops: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """node name -> (op type, where it runs)"""
+
+    @property
+    def host_nodes(self) -> list[str]:
+        return [n for n, where in self.placement.items() if where == "host"]
+
+
+def _split(graph: Graph, host: set[int]) -> list[Segment]:
+    """Consecutive nodes with the same placement, with each segment's boundary tensors."""
+    runs: list[Segment] = []
+    for i, _ in enumerate(graph.nodes):
+        kind = "host" if i in host else "accelerator"
+        if runs and runs[-1].kind == kind:
+            runs[-1].nodes.append(i)
+        else:
+            runs.append(Segment(kind, [i], [], []))
+    later_use: dict[str, int] = {}
+    for k, seg in enumerate(runs):
+        for i in seg.nodes:
+            for t in graph.nodes[i].inputs:
+                if t:
+                    later_use[t] = max(later_use.get(t, -1), k)
+    outputs = set(graph.outputs)
+    for k, seg in enumerate(runs):
+        produced: list[str] = []
+        for i in seg.nodes:
+            n = graph.nodes[i]
+            for t in n.inputs:
+                if t and t not in produced and t not in seg.inputs and graph.const(t) is None:
+                    seg.inputs.append(t)
+            produced.extend(o for o in n.outputs if o)
+        seg.outputs = [t for t in produced if t in outputs or later_use.get(t, -1) > k]
+    return runs
+
+
+def _subgraph(graph: Graph, seg: Segment, name: str) -> Graph:
+    return Graph(name, graph.tensors, [graph.nodes[i] for i in seg.nodes], list(seg.inputs), list(seg.outputs), graph.opset)
+
+
+def _host_onnx(model: onnx.ModelProto, graph: Graph, seg: Segment) -> bytes:
+    """A standalone ONNX model of a host segment (batch 1), runnable by onnxruntime."""
+    nodes = [model.graph.node[i] for i in seg.nodes]
+    used = {t for n in nodes for t in n.input if t}
+    inits = [t for t in model.graph.initializer if t.name in used]
+    init_names = {t.name for t in inits}
+
+    def info(name: str) -> onnx.ValueInfoProto:
+        t = graph.tensor(name)
+        elem = onnx.helper.np_dtype_to_tensor_dtype(__import__("numpy").dtype(t.dtype))
+        return onnx.helper.make_tensor_value_info(name, elem, list(t.shape))
+
+    inputs = [info(t) for t in seg.inputs if t not in init_names]
+    outputs = [info(t) for t in seg.outputs]
+    g = onnx.helper.make_graph(nodes, seg.name, inputs, outputs, inits)
+    m = onnx.helper.make_model(g, opset_imports=list(model.opset_import))
+    m.ir_version = model.ir_version
+    return m.SerializeToString()
+
+
+def compile_segments(model: onnx.ModelProto, graph: Graph, arch: Architecture, name: str, strategy: str,
+                     host: bool, listing: bool, progress: Callable[[str, int, int], None] | None) -> list[Segment]:
+    """Partition and compile; nodes the accelerator rejects move to the host until all compile."""
+    on_host: set[int] = set()
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    while True:
+        segments = _split(graph, on_host)
+        multi = len(segments) > 1 or segments[0].kind == "host"
+        try:
+            for k, seg in enumerate(segments):
+                seg.name = f"{name}.seg{k}" if multi else name
+                if seg.kind == "host":
+                    seg.onnx_bytes = _host_onnx(model, graph, seg)
+                    continue
+                cb = None if progress is None else (lambda done, total, seg=seg: progress(seg.name, done, total))
+                seg.result = compile_graph(_subgraph(graph, seg, seg.name), arch, seg.name, strategy, listing, cb)
+        except Unsupported as u:
+            if not host:
+                raise UnsupportedOpError(f"{u}; host fallback is off (--no-host)") from None
+            i = index.get(id(u.node))
+            if i is None or i in on_host:  # pragma: no cover - a lowering bug, not a user error
+                raise
+            on_host.add(i)
+            continue
+        return segments
+
+
+class CompiledMixin:
+    """What a freshly compiled model adds to a loaded one: its files and its compile summary."""
+
+    artifacts: dict[str, bytes]
+    summary: CompileSummary
+    tmodel_name: str
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the compiled files into ``directory`` (each atomically, the ``.tmodel`` last)."""
+        a = Artifacts(self.tmodel_name[: -len(".tmodel")], dict(self.artifacts))
+        return a.save(directory)
+
+
+class CompiledModel(CompiledMixin, Model):
+    """A compiled model running wholly on the accelerator (``systolix.runtime.Model``) plus ``save``."""
+
+
+class CompiledPartitionedModel(CompiledMixin, PartitionedModel):
+    """A compiled model with host segments (``PartitionedModel``) plus ``save``."""
+
+
+def _partitioned_manifest(name: str, arch: Architecture, graph: Graph, segments: list[Segment], placement: dict) -> bytes:
+    entries = []
+    for seg in segments:
+        entry: dict[str, Any] = {"kind": seg.kind, "inputs": seg.inputs, "outputs": seg.outputs,
+                                 "nodes": [graph.nodes[i].name for i in seg.nodes]}
+        if seg.kind == "host":
+            entry["onnx"] = f"{seg.name}.onnx"
+        else:
+            entry["tmodel"] = f"{seg.name}.tmodel"
+        entries.append(entry)
+
+    def io(names):
+        return [{"name": n, "shape": list(graph.tensor(n).shape), "layout": None} for n in names]
+
+    manifest = TModel(
+        name=name,
+        prog=ProgramRef(file_name=f"{name}.tprog", size=0),
+        consts=[],
+        inputs=[],
+        outputs=[],
+        arch=arch,
+        systolix={"version": 1, "inputs": io(graph.inputs), "outputs": io(graph.outputs), "layers": [],
+                  "segments": entries, "placement": placement},
+    )
+    return json.dumps(manifest.to_json_dict(), separators=(",", ":")).encode()
+
+
+def _safe_name(text: str) -> str:
+    keep = "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+    return keep.strip("._") or "model"
+
+
+def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str = "local-isolated", host: bool = True,
+                  listing: bool = False, name: str | None = None,
+                  progress: Callable[[str, int, int], None] | None = None) -> CompiledModel | CompiledPartitionedModel:
+    """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
+    ``.tarch`` path or ``Architecture``).
+
+    ``strategy``: one of ``STRATEGIES``; ``host=False`` makes an op the accelerator cannot run an
+    error instead of a host segment; ``listing`` adds the assembly listing (``.tasm``).
+    Returns a model with ``.run(inputs)``, ``.save(directory)`` and ``.summary``.
+    """
+    started = time.perf_counter()
+    if not isinstance(arch, Architecture):
+        arch = get_architecture(arch)
+    if strategy not in STRATEGIES:
+        raise SystolixError(f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES)})")
+    onnx_model, source, shapes = import_onnx(model_or_path)
+    graph = graph_from_model(onnx_model, source, shapes)
+    if name is None:
+        stem = Path(source).stem if not isinstance(model_or_path, (onnx.ModelProto, bytes, bytearray)) else (graph.name or "model")
+        name = f"{_safe_name(stem)}_{_safe_name(str(arch.array_size))}x{arch.array_size}"
+    segments = compile_segments(onnx_model, graph, arch, name, strategy, host, listing, progress)
+    placement = {}
+    for seg in segments:
+        for i in seg.nodes:
+            placement[graph.nodes[i].name] = seg.kind
+    files: dict[str, bytes] = {}
+    for seg in segments:
+        if seg.kind == "host":
+            files[f"{seg.name}.onnx"] = seg.onnx_bytes
+        else:
+            files.update(seg.result.artifacts.files)
+    partitioned = len(segments) > 1 or segments[0].kind == "host"
+    if partitioned:
+        files[f"{name}.tprog"] = b""
+        files[f"{name}.tmodel"] = _partitioned_manifest(name, arch, graph, segments, placement)
+    # Reorder so that the top-level manifest comes last when saving.
+    top = f"{name}.tmodel"
+    files = {k: v for k, v in files.items() if k != top} | {top: files[top]}
+    summary = CompileSummary(source, arch, strategy, segments, placement, seconds=0.0)
+    summary.placement_ops = {n.name: (n.op_type, placement.get(n.name, "accelerator")) for n in graph.nodes}
+    for seg in segments:
+        if seg.result is None:
+            continue
+        lir = seg.result.lir
+        summary.consts_vectors += int(lir.consts.shape[0])
+        summary.dram0_vectors = max(summary.dram0_vectors, lir.dram0_vectors)
+        summary.local_peak = max(summary.local_peak, lir.local_peak)
+        summary.acc_peak = max(summary.acc_peak, lir.acc_peak)
+        summary.instructions += len(lir.instructions)
+        summary.macs += sum(r.macs for r in lir.layers)
+        summary.layers.extend(lir.layers)
+    summary.seconds = time.perf_counter() - started
+    tmp = Path(tempfile.mkdtemp(prefix="systolix-compile-"))
+    try:
+        Artifacts(name, files).save(tmp)
+        manifest = TModel.load(tmp / top)
+        # The runtime classes read every file in their constructor: the directory can go after.
+        if partitioned:
+            obj = CompiledPartitionedModel(manifest, tmp, top)
+        else:
+            obj = CompiledModel(manifest, tmp, top)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    obj.artifacts = files
+    obj.summary = summary
+    obj.tmodel_name = top
+    return obj
+
+
+__all__ = ["CompileSummary", "CompiledModel", "CompiledPartitionedModel", "UnsupportedOpError", "compile_model"]

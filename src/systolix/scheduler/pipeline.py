@@ -1,0 +1,59 @@
+"""The compiler's passes, in order, each a plain function from one IR to the next.
+
+    ONNX --frontend.to_graph--> Graph --lower--> HirProgram --schedule--> LirProgram
+         --roll_up_program--> LirProgram --backend.build_artifacts--> Artifacts
+
+``compile_graph`` runs the last four for one accelerator segment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from systolix.arch import Architecture
+from systolix.backend import Artifacts, build_artifacts
+from systolix.ir import Graph
+from systolix.scheduler.codegen import LirProgram, schedule
+from systolix.scheduler.hir import HirProgram
+from systolix.scheduler.lowering import lower
+from systolix.scheduler.rollup import roll_up
+
+
+def roll_up_program(lir: LirProgram, arch: Architecture) -> LirProgram:
+    """``roll_up`` layer by layer, keeping the layer map's instruction ranges right."""
+    from systolix.scheduler.codegen import Emitter
+
+    e = Emitter(arch)
+    out: list = []
+    for rec in lir.layers:
+        merged = roll_up(lir.instructions[rec.first:rec.end], e.max_count, e.max_stride0, e.max_stride1)
+        rec.first = len(out)
+        out.extend(merged)
+        rec.end = len(out)
+    lir.instructions = out
+    return lir
+
+
+PASSES = (
+    ("lower", lower),
+    ("schedule", schedule),
+    ("roll up", roll_up_program),
+    ("backend", build_artifacts),
+)
+
+
+@dataclass
+class SegmentResult:
+    hir: HirProgram
+    lir: LirProgram
+    artifacts: Artifacts
+
+
+def compile_graph(graph: Graph, arch: Architecture, name: str, strategy: str = "local-isolated",
+                  listing: bool = False, progress=None) -> SegmentResult:
+    """One accelerator program from a graph every node of which the accelerator runs."""
+    hir = lower(graph, arch.array_size)
+    lir = schedule(hir, arch, strategy, progress)
+    lir = roll_up_program(lir, arch)
+    artifacts = build_artifacts(name, arch, hir, lir, listing)
+    return SegmentResult(hir, lir, artifacts)

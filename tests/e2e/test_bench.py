@@ -1,0 +1,122 @@
+"""``systolix bench --json``: both tables, the expected rows, and numbers that can be physically true.
+
+The checks compare with references computed here: the seed's published figures (seed 000,
+section 1), the compute floor from each model's MACs counted by ``systolix.models.model_stats``
+(not from the compiler), and the frame rates measured on a real ZCU104.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from systolix.arch import get_board
+from systolix.cli import app
+from systolix.models import build_cached, model_stats
+from tests.conftest import RESNET20
+
+runner = CliRunner()
+BOARDS = ("arty-a7-35", "pynq-z1", "ultra96-v2")
+# Seed 000, section 1: published (latency ms, fps) per board, in BOARDS order.
+SEED = {
+    "resnet20v2": ((21, 48), (14, 71), (4, 250)),
+    "yolov4_tiny": ((175, 5.7), (112, 8.9), (36, 28)),
+    "resnet50v2": ((1969, 0.5), (833, 1.2), (260, 3.8)),
+}
+
+
+def _bench(*args) -> dict:
+    result = runner.invoke(app, ["bench", "--json", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _check_model_rows(rows: list[dict], name: str, allow_errors: set[str] = frozenset()) -> None:
+    mine = [r for r in rows if r["model"] == name and not r["variant"]]
+    assert [r["board"] for r in mine] == list(BOARDS)
+    macs = model_stats(build_cached(name)).macs
+    for r, (seed_ms, seed_fps) in zip(mine, SEED[name]):
+        board = get_board(r["board"])
+        assert (r["seed_latency_ms"], r["seed_fps"]) == (seed_ms, seed_fps)
+        assert (r["array_size"], r["clock_mhz"]) == (board.architecture.array_size, board.clock_mhz)
+        if r["error"]:
+            assert r["board"] in allow_errors, r["error"]
+            assert "latency_ms" not in r
+            continue
+        # Useful MACs: the compiler's layer map agrees with an independent count of the ONNX graph.
+        assert r["macs"] == macs
+        floor_ms = macs / (board.architecture.array_size ** 2 * board.clock_mhz * 1e3)
+        assert r["compute_bound_ms"] == pytest.approx(floor_ms)
+        assert r["latency_ms"] > r["compute_bound_ms"]
+        assert 0 < r["share_of_bound"] <= 1.0
+        assert r["share_of_bound"] == pytest.approx(r["compute_bound_ms"] / r["latency_ms"])
+        assert r["fps"] == pytest.approx(1e3 / r["latency_ms"])
+        assert r["bound"] in {"array", "memory traffic", "instruction issue", "accumulators/SIMD"}
+        # Plausible: within a factor of 10 of the seed's (serial-model) figure either way.
+        assert seed_ms / 10 < r["latency_ms"] < seed_ms * 10
+
+
+@pytest.fixture(scope="module")
+def resnet20_bench() -> dict:
+    return _bench("--model", "resnet20v2")
+
+
+def test_bench_has_both_tables_with_date_and_commit(resnet20_bench):
+    data = resnet20_bench
+    assert {"date", "commit", "models", "zcu104"} <= set(data)
+    assert data["date"].endswith("UTC") and data["commit"]
+
+
+def test_resnet20_rows_on_the_seeds_three_boards(resnet20_bench):
+    _check_model_rows(resnet20_bench["models"], "resnet20v2")
+
+
+def test_zcu104_table_puts_tensil_programs_next_to_our_compiles(resnet20_bench):
+    rows = resnet20_bench["zcu104"]
+    measured = json.loads((RESNET20 / "expected.json").read_text())["measured_on_zcu104_at_100MHz_fps"]
+    configs = {(r["architecture"], r["strategy"], r["bus_bits"]) for r in rows}
+    strategies = ("local-isolated", "local-vars", "local-consts", "local-vars-and-consts")
+    assert {("zcu104_uram", s, 128) for s in strategies} | {("zcu104", "local-isolated", 512)} <= configs
+    with_tensil = [r for r in rows if r["tensil"] is not None]
+    assert len(with_tensil) == 6
+    assert sorted(r["measured_fps"] for r in with_tensil) == sorted(measured.values())
+    for r in with_tensil:
+        # The calibration target: every Tensil program within 20% of the real board.
+        assert abs(r["tensil"]["fps"] / r["measured_fps"] - 1) <= 0.20
+    for r in rows:
+        ours = r["systolix"]
+        if ours["error"]:
+            # Only the on-chip strategies may not fit the smaller zcu104 local memory.
+            assert r["architecture"] == "zcu104" and r["strategy"] in ("local-consts", "local-vars-and-consts")
+            assert "local memory" in ours["error"]
+            continue
+        n = 32
+        assert ours["cycles"] >= ours["macs"] / n**2
+        assert 0 < ours["mac_efficiency"] <= 1
+        # Same network, same architecture: our frame rate and Tensil's within a factor of 3.
+        if r["tensil"] is not None:
+            assert 1 / 3 < ours["fps"] / r["tensil"]["fps"] < 3
+
+
+def test_yolov4_tiny_rows():
+    _check_model_rows(_bench("--model", "yolov4_tiny", "--no-zcu104")["models"], "yolov4_tiny")
+
+
+@pytest.mark.slow
+def test_resnet50_rows_say_why_they_do_not_fit_the_small_boards():
+    rows = _bench("--model", "resnet50v2", "--no-zcu104")["models"]
+    # 25.6 M weights do not fit 1 M vectors of DRAM1 on the 8x8 and 12x12 architectures.
+    _check_model_rows(rows, "resnet50v2", allow_errors={"arty-a7-35", "pynq-z1"})
+    failed = [r["board"] for r in rows if r["error"]]
+    assert failed == ["arty-a7-35", "pynq-z1"]
+    assert all("DRAM1" in r["error"] for r in rows if r["error"])
+    # Each failed row is followed by the same compile with larger DRAM regions, which fits.
+    retries = [r for r in rows if r["variant"]]
+    assert [r["board"] for r in retries] == failed
+    macs = model_stats(build_cached("resnet50v2")).macs
+    for r in retries:
+        assert not r["error"] and "DRAM" in r["variant"]
+        assert r["macs"] == macs
+        assert r["latency_ms"] > r["compute_bound_ms"] and 0 < r["share_of_bound"] <= 1

@@ -1,0 +1,200 @@
+"""``systolix compile`` as a user runs it: the summary, the files, bad input, determinism."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+import systolix
+import systolix.models as M
+from systolix.arch import ARCHITECTURES
+from systolix.isa import InstructionLayout
+from systolix.isa.assembly import assemble
+from tests.cli_helpers import assert_user_error, run_cli
+from tests.conftest import SPEECH
+from tests.onnx_builders import conv_bn_relu, make_model
+
+
+def save(model, path):
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_compile_prints_summary_and_writes_tensil_files(tmp_path):
+    model = save(M.build("cnn/tiny"), tmp_path / "tiny.onnx")
+    out = tmp_path / "out"
+    proc = run_cli("compile", model, "--arch", "ultra96v2", "-o", out, "--asm", check=True)
+    for fragment in ("DRAM0 (vars)", "DRAM1 (consts)", "accumulators", "instructions", "useful MACs", "stages",
+                     "partitions", "Where the nodes run", "Conv"):
+        assert fragment in proc.stdout, fragment
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["tiny_16x16.tasm", "tiny_16x16.tdata", "tiny_16x16.tmodel", "tiny_16x16.tprog"]
+    manifest = json.loads((out / "tiny_16x16.tmodel").read_text())
+    assert manifest["prog"] == {"file_name": "tiny_16x16.tprog", "size": (out / "tiny_16x16.tprog").stat().st_size}
+    assert manifest["systolix"]["segments"] is None
+    layers = manifest["systolix"]["layers"]
+    assert layers[0]["first"] == 0 and all(a["end"] == b["first"] for a, b in zip(layers, layers[1:]))
+    assert layers[-1]["end"] * InstructionLayout.of(ARCHITECTURES["ultra96v2"]).instruction_bytes == manifest["prog"]["size"]
+    # The listing assembles back to the very same program.
+    listing = (out / "tiny_16x16.tasm").read_text()
+    assert assemble(listing, InstructionLayout.of(ARCHITECTURES["ultra96v2"])) == (out / "tiny_16x16.tprog").read_bytes()
+    # systolix.load runs the saved model in the ONNX model's own shapes.
+    m = M.build("cnn/tiny")
+    feeds = M.example_inputs(m, seed=3)
+    ref = ort.InferenceSession(m.SerializeToString()).run(None, feeds)[0]
+    got = next(iter(systolix.load(out / "tiny_16x16.tmodel").run(feeds).values()))
+    assert got.shape == ref.shape and np.max(np.abs(got - ref)) < 0.1
+
+
+def test_same_model_and_options_give_identical_files(tmp_path):
+    model = save(M.build("cnn/odd_mixed"), tmp_path / "m.onnx")
+    for d in ("a", "b"):
+        run_cli("compile", model, "--arch", "pynqz1", "-o", tmp_path / d, "-q", check=True)
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert files
+    for f in files:
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+
+
+def test_host_fallback_and_no_host(tmp_path):
+    model = save(M.build("host/softmax"), tmp_path / "soft.onnx")
+    proc = run_cli("compile", model, "--arch", "pynqz1", "-o", tmp_path / "h", check=True)
+    assert "Softmax" in proc.stdout and "host" in proc.stdout
+    manifest = json.loads((tmp_path / "h" / "soft_8x8.tmodel").read_text())
+    kinds = [s["kind"] for s in manifest["systolix"]["segments"]]
+    assert "host" in kinds and "accelerator" in kinds
+    out = tmp_path / "nohost"
+    assert_user_error(run_cli("compile", model, "--arch", "pynqz1", "-o", out, "--no-host"),
+                      "(op Softmax) cannot run on the accelerator", "--no-host")
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_partitioned_model_runs_from_disk(tmp_path):
+    m = M.build("host/squeeze_excite")
+    path = systolix.compile(m, "ultra96v2").save(tmp_path)
+    loaded = systolix.load(path)
+    feeds = M.example_inputs(m, seed=4)
+    ref = ort.InferenceSession(m.SerializeToString()).run(None, feeds)
+    got = loaded.run(feeds)
+    assert list(got) == [o.name for o in m.graph.output]
+    for r, g in zip(ref, got.values()):
+        assert g.shape == r.shape and np.max(np.abs(g - r)) < 0.1
+    batch = {k: np.stack([v, v]) for k, v in feeds.items()}
+    twice = loaded.run(batch)
+    for r, g in zip(ref, twice.values()):
+        assert g.shape == (2,) + r.shape
+
+
+def test_speech_model_runs_wholly_on_the_accelerator(tmp_path):
+    proc = run_cli("compile", SPEECH / "speech_commands.onnx", "--arch", SPEECH / "speech_robot.tarch", "-o", tmp_path, check=True)
+    assert "Resize" in proc.stdout
+    manifest = json.loads((tmp_path / "speech_commands_8x8.tmodel").read_text())
+    assert manifest["systolix"]["segments"] is None and manifest["inputs"][0]["size"] == 124 * 129
+    model = systolix.load(tmp_path / "speech_commands_8x8.tmodel")
+    x = np.random.default_rng(0).normal(0, 1, (1, 1, 124, 129)).astype(np.float32)
+    ref = ort.InferenceSession(str(SPEECH / "speech_commands.onnx")).run(None, {"input_1": x})[0]
+    got = model.run({"input_1": x})["dense_1"]
+    assert got.shape == ref.shape and np.argmax(got) == np.argmax(ref)
+
+
+def test_not_an_onnx_file(tmp_path):
+    p = tmp_path / "junk.onnx"
+    p.write_text("hello\n" * 50)
+    out = tmp_path / "out"
+    assert_user_error(run_cli("compile", p, "--arch", "pynqz1", "-o", out), "junk.onnx", "not a valid ONNX")
+    assert not out.exists()
+
+
+def test_truncated_onnx_file(tmp_path):
+    data = M.build("cnn/tiny").SerializeToString()
+    p = tmp_path / "cut.onnx"
+    p.write_bytes(data[: len(data) * 2 // 3])
+    out = tmp_path / "out"
+    assert_user_error(run_cli("compile", p, "--arch", "pynqz1", "-o", out), "cut.onnx", "not a valid ONNX")
+    assert not out.exists()
+
+
+def test_weights_that_do_not_fit_dram1(tmp_path):
+    arch = ARCHITECTURES["pynqz1"].model_copy(update={"dram1_depth": 64})
+    tarch = tmp_path / "small.tarch"
+    arch.save(tarch)
+    model = save(M.build("ops/conv3x3_17to33"), tmp_path / "c.onnx")
+    out = tmp_path / "out"
+    assert_user_error(run_cli("compile", model, "--arch", tarch, "-o", out), "constants need", "DRAM1", "has 64")
+    assert not out.exists()
+
+
+def test_conv_with_computed_weights(tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "w_in"], ["y"], name="dyn", kernel_shape=[1, 1])]
+    m = make_model(nodes, [("x", [1, 3, 4, 4]), ("w_in", [5, 3, 1, 1])], [("y", None)])
+    p = save(m, tmp_path / "dyn.onnx")
+    out = tmp_path / "out"
+    assert_user_error(run_cli("compile", p, "--arch", "pynqz1", "-o", out, "--no-host"), "'dyn'", "weights", "not a constant")
+    assert not out.exists()
+    # With the host allowed it runs there and still matches onnxruntime.
+    compiled = systolix.compile(m, "pynqz1")
+    assert "dyn" in compiled.summary.host_nodes
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.normal(size=(1, 3, 4, 4)).astype(np.float32), "w_in": rng.normal(size=(5, 3, 1, 1)).astype(np.float32)}
+    ref = ort.InferenceSession(m.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(compiled.run(feeds)["y"], ref, atol=1e-5)
+
+
+def test_unknown_strategy_and_architecture(tmp_path):
+    model = save(conv_bn_relu()[0], tmp_path / "m.onnx")
+    assert_user_error(run_cli("compile", model, "--arch", "pynqz1", "--strategy", "fastest"), "unknown strategy 'fastest'")
+    assert_user_error(run_cli("compile", model, "--arch", "nosuchboard"), "unknown architecture 'nosuchboard'")
+
+
+@pytest.mark.parametrize("strategy", ["local-vars", "local-consts", "local-vars-and-consts"])
+@pytest.mark.parametrize("name", ["cnn/tiny", "resnet20v2", "ops/concat_aligned_8"])
+def test_strategies_give_the_same_outputs(tmp_path, strategy, name):
+    m = M.build(name)
+    feeds = M.example_inputs(m, seed=2)
+    arch = "zcu104_uram"
+    a = systolix.compile(m, arch)
+    b = systolix.compile(m, arch, strategy=strategy)
+    path = b.save(tmp_path)
+    manifest = json.loads(path.read_text())
+    assert manifest["load_consts_to_local"] is (strategy != "local-vars")
+    assert manifest["systolix"]["strategy"] == strategy
+    got_a, got_b = a.run(feeds), systolix.load(path).run(feeds)
+    for k in got_a:
+        np.testing.assert_array_equal(got_a[k], got_b[k])  # the same arithmetic, another memory plan
+    if strategy != "local-consts":
+        # Activations between layers stay on chip: fewer DRAM0 moves.
+        moves = lambda model: sum(1 for i in range(len(model.program)) if model.program.opcode[i] == 2 and model.program.flags[i] in (0, 1))  # noqa: E731
+        assert moves(b) < moves(a)
+
+
+def test_constants_too_big_for_local_memory(tmp_path):
+    model = save(M.build("yolov4_tiny"), tmp_path / "y.onnx")
+    assert_user_error(run_cli("compile", model, "--arch", "pynqz1", "--strategy", "local-consts", "-o", tmp_path / "o"),
+                      "local-consts", "constants need", "local memory")
+
+
+TIGHT = {
+    "cnn/odd_mixed": {"local_depth": 600, "accumulator_depth": 96},
+    "resnet20v2": {"local_depth": 600, "accumulator_depth": 96},
+    "ops/resize_linear_downscale": {"local_depth": 64, "accumulator_depth": 12},
+    "ops/reshape_channels_to_rows": {"local_depth": 48, "accumulator_depth": 12},
+}
+
+
+@pytest.mark.parametrize("name", list(TIGHT))
+def test_small_memories_tile_without_changing_a_bit(name):
+    """Stages, partitions and streamed weights change the schedule, never the arithmetic."""
+    m = M.build(name)
+    feeds = M.example_inputs(m, seed=5)
+    roomy = systolix.compile(m, "pynqz1")
+    tight_arch = ARCHITECTURES["pynqz1"].model_copy(update=TIGHT[name])
+    tight = systolix.compile(m, tight_arch)
+    stages = lambda c: sum(r.stages * 1000 + r.partitions for r in c.summary.layers)  # noqa: E731
+    assert stages(tight) > stages(roomy)
+    a, b = roomy.run(feeds), tight.run(feeds)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])

@@ -1,0 +1,195 @@
+"""The error bound the compiled models are held to: a statistical model of FP16BP8 rounding.
+
+Derivation (FP16BP8, one LSB = 2^-8). Every rounding the accelerator does (a float input or
+weight to fixed point, round half up; each product ``rne(x*w / 2^8)``) errs by at most half an
+LSB and, over many values, is spread uniformly: variance ``VR = (2^-8)^2 / 12``. A matrix layer
+``y = b + sum_k w_k x_k`` over ``K`` terms therefore adds to each output an error of variance
+
+    VR * (1 + K)             bias and the K rounded products
+  + VR * sum_k x_k^2         the rounded weights, each times its input
+  + sum_k w_k^2 * var(x)     the error its inputs already carry
+
+(the errors are independent and zero-mean, so variances add). Elementwise ops are 1-Lipschitz
+(ReLU, clip, max, pooling, copies) or scale the variance by their constant squared (BN, Mul,
+LeakyRelu's slope), plus one more rounding. The bound on every output is ``8 * sigma + 2^-8``:
+eight standard deviations (a Gaussian exceeds 5.3 sigma once in a million values) and one LSB
+for the final rounding. ``sum_k x_k^2`` uses onnxruntime's own activations (``K * mean(x^2)``),
+``sum_k w_k^2`` the largest over output channels. Nothing here looks at our compiled output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+
+LSB = 2.0 ** -8
+VR = LSB * LSB / 12.0
+SIGMAS = 8.0
+
+
+def all_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every tensor of the model as onnxruntime computes it."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    typed = onnx.shape_inference.infer_shapes(probe)
+    elem = {vi.name: vi.type.tensor_type.elem_type for vi in list(typed.graph.value_info) + list(typed.graph.output)}
+    have = {o.name for o in probe.graph.output}
+    for n in probe.graph.node:
+        for o in n.output:
+            if o and o not in have:
+                probe.graph.output.append(onnx.helper.make_tensor_value_info(o, elem.get(o, onnx.TensorProto.FLOAT), None))
+                have.add(o)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    values = dict(zip(names, sess.run(names, feeds)))
+    values.update(feeds)
+    return values
+
+
+def _channels(shape) -> int | None:
+    shape = tuple(shape)
+    if len(shape) == 4:
+        return shape[1]
+    if len(shape) in (2, 3):
+        return shape[-1]
+    return None
+
+
+def _fraction(x, predicate, channels: int, out=None) -> np.ndarray:
+    """Per channel, the fraction of values where an activation passes its input's error on
+    (``predicate``; or, given the output, where output equals input: the linear range), with a
+    margin of 4 LSB around the kinks, where a small error can cross over."""
+    if x is None:
+        return np.ones(channels)
+    x = np.asarray(x, np.float64)
+    if out is not None:
+        passed = np.abs(np.asarray(out, np.float64) - x) <= 4 * LSB
+    else:
+        passed = predicate(x + 4 * LSB)
+    if channels > 1 and x.ndim in (2, 3, 4) and _channels(x.shape) == channels:
+        axis = 1 if x.ndim == 4 else x.ndim - 1
+        other = tuple(a for a in range(x.ndim) if a != axis)
+        return np.mean(passed, axis=other)
+    return np.array([float(np.mean(passed))])
+
+
+def output_bounds(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, float]:
+    """The bound on ``max |compiled - onnxruntime|`` for each output of ``model`` on ``feeds``.
+
+    Variances are tracked per channel where the tensor has channels (a scalar otherwise); a
+    BatchNormalization or per-channel Mul right after a Conv/Gemm is folded into its weights
+    first, as the compiler does, so the weights' rounding is modelled on the folded weights.
+    """
+    values = all_values(model, feeds)
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Constant":
+            for a in n.attribute:
+                if a.name == "value":
+                    consts[n.output[0]] = numpy_helper.to_array(a.t)
+    consumers: dict[str, list] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    outputs = {o.name for o in model.graph.output}
+    var: dict[str, np.ndarray] = {name: np.full(_channels(x.shape) or 1, VR) for name, x in feeds.items()}
+
+    def v(name: str) -> np.ndarray:
+        if not name or name in consts:
+            return np.zeros(1)
+        return var.get(name, np.array([VR]))
+
+    def vmax(name: str) -> float:
+        return float(np.max(v(name)))
+
+    def mean_sq(name: str) -> float:
+        x = values.get(name)
+        return float(np.mean(np.square(x, dtype=np.float64))) if x is not None and np.size(x) else 1.0
+
+    def bn_scale(n) -> np.ndarray:
+        eps = next((a.f for a in n.attribute if a.name == "epsilon"), 1e-5)
+        return np.asarray(consts[n.input[1]], np.float64) / np.sqrt(np.asarray(consts[n.input[4]], np.float64) + eps)
+
+    folded: set[str] = set()
+    for n in model.graph.node:
+        ins = list(n.input)
+        x = ins[0] if ins else ""
+        op = n.op_type
+        if n.name in folded and n.name:
+            out_var = v(x)
+        elif op in ("Conv", "Gemm", "MatMul"):
+            wname = ins[1] if ins[1] in consts else ins[0]
+            xname = ins[0] if wname == ins[1] else ins[1]
+            w = np.asarray(consts.get(wname, values.get(wname)), np.float64)
+            if op == "Conv":
+                wm = w.reshape(w.shape[0], w.shape[1], -1)  # [out, in/group, taps]
+            else:
+                trans_b = op == "Gemm" and any(a.name == "transB" and a.i for a in n.attribute)
+                m2 = (w.T if trans_b else w).reshape(-1, w.shape[0] if trans_b else w.shape[-1])
+                alpha = next((a.f for a in n.attribute if a.name == "alpha"), 1.0)
+                wm = (alpha * m2.T)[:, :, None]  # [out, in, 1]
+            # Fold a following BatchNormalization / per-channel Mul, as the compiler does.
+            nxt = consumers.get(n.output[0], [])
+            if len(nxt) == 1 and n.output[0] not in outputs:
+                f = nxt[0]
+                if f.op_type == "BatchNormalization":
+                    wm = wm * bn_scale(f)[:, None, None]
+                    folded.add(f.name)
+                elif f.op_type == "Mul" and any(i in consts for i in f.input):
+                    c = np.asarray(next(consts[i] for i in f.input if i in consts), np.float64).reshape(-1)
+                    if c.size in (1, wm.shape[0]):
+                        wm = wm * np.broadcast_to(c, (wm.shape[0],))[:, None, None]
+                        folded.add(f.name)
+            k = wm.shape[1] * wm.shape[2]
+            vin = v(xname)
+            group_in = wm.shape[1]
+            if op == "Conv" and vin.size > 1:
+                groups = vin.size // group_in
+                per_out = wm.shape[0] // max(groups, 1)
+                vin_o = np.stack([vin[(o // per_out) * group_in:(o // per_out + 1) * group_in] for o in range(wm.shape[0])])
+                prop = np.sum(np.square(wm) * vin_o[:, :, None], axis=(1, 2))
+            else:
+                prop = np.sum(np.square(wm), axis=(1, 2)) * float(np.max(vin))
+            out_var = VR * (1 + k) + VR * k * mean_sq(xname) + prop
+        elif op == "BatchNormalization":
+            out_var = bn_scale(n) ** 2 * v(x) + VR * (2 + mean_sq(x))
+        elif op in ("Mul", "Div", "Add", "Sub"):
+            c = [consts[i] for i in ins if i in consts]
+            t = [i for i in ins if i not in consts]
+            if op in ("Mul", "Div") and c:
+                s = np.abs(np.asarray(c[0], np.float64))
+                s = 1.0 / s.min() if op == "Div" else s.max()
+                out_var = s * s * v(t[0]) + VR * (2 + mean_sq(t[0]))
+            elif op in ("Mul", "Div"):
+                out_var = mean_sq(t[1]) * vmax(t[0]) + mean_sq(t[0]) * vmax(t[1]) + VR
+            elif c:
+                out_var = v(t[0]) + VR
+            else:
+                a, b = v(t[0]), v(t[1])
+                out_var = (a + b if a.size == b.size else np.full(max(a.size, b.size), a.max() + b.max())) + VR
+        elif op in ("LeakyRelu", "PRelu"):
+            slope = next((a.f for a in n.attribute if a.name == "alpha"), 0.01) if op == "LeakyRelu" else float(np.max(np.abs(consts[ins[1]])))
+            pos = _fraction(values.get(x), lambda t: t > 0, v(x).size)
+            out_var = (pos + (1 - pos) * slope * slope) * v(x) + VR * (1 + mean_sq(x))
+        elif op in ("Relu", "Clip"):
+            # An error passes where the input is in the linear range (per channel), else it is cut off.
+            out = values.get(n.output[0])
+            pos = _fraction(values.get(x), None, v(x).size, out)
+            out_var = pos * v(x)
+        elif op in ("AveragePool", "GlobalAveragePool", "ReduceMean", "Resize", "Upsample"):
+            out_var = v(x) + 3 * VR
+        elif op == "Concat":
+            parts = [v(i) for i in ins]
+            out_var = np.concatenate(parts) if all(p.size > 1 for p in parts) else np.array([max(p.max() for p in parts)])
+        elif op in ("MaxPool", "GlobalMaxPool", "Identity", "Dropout", "Pad"):
+            out_var = v(x)
+        else:  # reshapes, splits, host ops: the largest variance of any input, per tensor
+            out_var = np.array([max(vmax(i) for i in ins if i)]) if ins else np.array([VR])
+        for o in n.output:
+            if o:
+                var[o] = np.atleast_1d(np.asarray(out_var, np.float64))
+    return {o.name: SIGMAS * float(np.sqrt(np.max(var.get(o.name, np.array([VR]))))) + LSB for o in model.graph.output}
