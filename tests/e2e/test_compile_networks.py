@@ -20,8 +20,13 @@ from tests.error_model import output_bounds
 
 ARCHS = ["pynqz1", "ultra96v2", "zcu104"]
 # Top-2 margins below this (26 LSB of FP16BP8, twice the largest logit error measured on these
-# classifiers) are ties at this precision: no FP16BP8 implementation can be held to them.
+# classifiers) are ties at this precision: no FP16BP8 implementation can be held to them. These
+# random-weight classifiers put 2 to 5% of random inputs that close to a class boundary; the
+# trained digits CNN puts none (its smallest held-out margin is above 1), and agrees on all.
 TIE_MARGIN = 0.1
+# On all inputs, near-ties included, measured on these 100: MobileNet 95%, ResNet-20 98%, MLP 98-99%
+# (every disagreement a near-tie). Below this something other than rounding is wrong.
+RAW_AGREEMENT = 0.93
 
 
 @functools.lru_cache(maxsize=None)
@@ -42,11 +47,11 @@ def batch_of(model, count: int, seed: int = 0):
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", ["mlp", "mobilenetv2_block", "resnet20v2"])
-def test_classifier_matches_onnxruntime(name, arch):
+def test_classifier_matches_onnxruntime(name, arch, capsys):
     model = built(name)
     compiled = compile_model(model, arch)
     assert not compiled.summary.host_nodes
-    batch, items = batch_of(model, 40)
+    batch, items = batch_of(model, 100)
     got = compiled.run(batch)
     out = next(iter(got))
     agree = decided = 0
@@ -61,8 +66,14 @@ def test_classifier_matches_onnxruntime(name, arch):
         if top2[1] - top2[0] >= TIE_MARGIN:
             decided += 1
             agree += int(np.argmax(ours) == np.argmax(ref))
+    raw = float(np.mean(got[out].reshape(len(items), -1).argmax(1) == np.stack(
+        [onnxruntime_outputs(model, feeds)[out].reshape(-1) for feeds in items]).argmax(1)))
+    with capsys.disabled():
+        print(f"\n{name} on {arch}: same class on {raw:.1%} of {len(items)} inputs, "
+              f"{agree} of {decided} with a top-2 margin of at least {TIE_MARGIN}")
     assert decided >= 0.5 * len(items), f"only {decided} of {len(items)} inputs have a clear top class"
     assert agree >= 0.99 * decided, f"{name} on {arch}: same class on {agree} of {decided} clear-cut inputs"
+    assert raw >= RAW_AGREEMENT, f"{name} on {arch}: same class on {raw:.1%} of all inputs"
 
 
 @pytest.mark.slow
@@ -116,20 +127,24 @@ def test_speech_model_error_not_larger_than_tensils(capsys):
 
 
 @pytest.mark.slow
-def test_resnet50v2_within_bound_and_too_big_for_pynqz1():
+def test_resnet50v2_within_bound_on_every_array_size():
     model = built("resnet50v2")
     feeds = M.example_inputs(model, seed=1)
     ref = onnxruntime_outputs(model, feeds)
     bounds = output_bounds(model, feeds)
-    for arch in ("ultra96v2", "zcu104"):
+    # 25.5 M weights are 3.07 M vectors of 8: more than the pynqz1 preset's 1 M-vector DRAM1, a
+    # clear error. The PYNQ-Z1's 512 MB of DDR3 holds them: with both DRAM regions raised to 4 M
+    # vectors (64 MB each) the 8x8 array runs the model.
+    from systolix.arch import get_architecture
+    from systolix.scheduler import SchedulingError
+
+    with pytest.raises(SchedulingError, match=r"constants need \d+ vectors of DRAM1 but the architecture has 1048576"):
+        compile_model(model, "pynqz1")
+    pynqz1_big = get_architecture("pynqz1").model_copy(update={"dram0_depth": 4 << 20, "dram1_depth": 4 << 20})
+    for arch in (pynqz1_big, "ultra96v2", "zcu104"):
         compiled = compile_model(model, arch)
         got = compiled.run(feeds)
         for out in ref:
             err = float(np.max(np.abs(got[out] - ref[out])))
             assert err <= bounds[out], f"{arch}: {out} max error {err:.4f} > bound {bounds[out]:.4f}"
             assert np.argmax(got[out]) == np.argmax(ref[out])
-    # 25.5 M weights are 3.07 M vectors of 8: more than pynqz1's 1 M-vector DRAM1.
-    from systolix.scheduler import SchedulingError
-
-    with pytest.raises(SchedulingError, match=r"constants need \d+ vectors of DRAM1 but the architecture has 1048576"):
-        compile_model(model, "pynqz1")

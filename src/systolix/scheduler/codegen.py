@@ -123,6 +123,15 @@ class Emitter:
             self.out.append(DataMove(flow, local + k * local_stride, far + k * far_stride, n - 1, local_stride, far_stride))
             k += n
 
+    def load_rows(self, local: int, far: int, rows: int, width: int, row_stride: int, pixel_stride: int) -> None:
+        """``rows`` rows of ``width`` pixels from DRAM0 (``row_stride`` and ``pixel_stride`` apart)
+        into consecutive local vectors: one move when the rows are contiguous, else one a row."""
+        if pixel_stride == 1 and row_stride == width:
+            self.move(DataFlow.DRAM0_TO_LOCAL, local, far, rows * width)
+            return
+        for r in range(rows):
+            self.move(DataFlow.DRAM0_TO_LOCAL, local + r * width, far + r * row_stride, width, 1, pixel_stride)
+
     def matmul(self, local: int, acc: int, count: int, local_stride: int = 1, accumulate: bool = True, zeroes: bool = False) -> None:
         if count <= 0:
             return
@@ -552,11 +561,7 @@ class Scheduler:
                         continue
                     lbase = in_base + slot * nrows * W
                     band[(i, gi)] = lbase
-                    if ws == 1 and hs == W:
-                        e.move(DataFlow.DRAM0_TO_LOCAL, lbase, base + gi * gs + ih_lo * hs, nrows * W)
-                    else:
-                        for ih in range(ih_lo, ih_hi):
-                            e.move(DataFlow.DRAM0_TO_LOCAL, lbase + (ih - ih_lo) * W, base + gi * gs + ih * hs, W, 1, ws)
+                    e.load_rows(lbase, base + gi * gs + ih_lo * hs, ih_hi - ih_lo, W, hs, ws)
 
             if not diagonal:
                 # Input band: channel group by channel group, rows contiguous.
@@ -633,11 +638,7 @@ class Scheduler:
                 base, gs, hs, ws = t.strides()
                 for go in range(go0, go1):
                     sbase = stage + (go - go0) * rows * OW
-                    if ws == 1 and hs == OW:
-                        e.move(DataFlow.DRAM0_TO_LOCAL, sbase, base + go * gs + oh0 * hs, rows * OW)
-                    else:
-                        for r in range(rows):
-                            e.move(DataFlow.DRAM0_TO_LOCAL, sbase + r * OW, base + go * gs + (oh0 + r) * hs, OW, 1, ws)
+                    e.load_rows(sbase, base + go * gs + oh0 * hs, rows, OW, hs, ws)
                 e.move(DataFlow.LOCAL_TO_ACC_ACCUMULATE, stage, 0, n_vec)
             elif p.kind == "add_const":
                 _, offset, P = where[k]
@@ -770,11 +771,7 @@ class Scheduler:
                     if x_local:
                         e.move(DataFlow.LOCAL_TO_ACC, xb + g * xgs + ih_lo * xhs, (g - g0) * nrows * W, nrows * W)
                         continue
-                    if xws == 1 and xhs == W:
-                        e.move(DataFlow.DRAM0_TO_LOCAL, lb, xb + g * xgs + ih_lo * xhs, nrows * W)
-                    else:
-                        for ih in range(ih_lo, ih_hi):
-                            e.move(DataFlow.DRAM0_TO_LOCAL, lb + (ih - ih_lo) * W, xb + g * xgs + ih * xhs, W, 1, xws)
+                    e.load_rows(lb, xb + g * xgs + ih_lo * xhs, ih_hi - ih_lo, W, xhs, xws)
                 if not x_local:
                     e.move(DataFlow.LOCAL_TO_ACC, stage, 0, n_in)
                 for g in range(g0, g1):
