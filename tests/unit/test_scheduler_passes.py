@@ -144,6 +144,28 @@ def test_weights_in_dram1_are_the_rounded_weights_block_by_block():
     np.testing.assert_array_equal(lir.consts, np.concatenate(expect))
 
 
+def test_pooling_taps_share_one_weight_block_loaded_once():
+    # Before: a 4x4 GlobalAveragePool is a diagonal conv with 16 taps, all the same block
+    # (2^-shift on the diagonal). After scheduling: the block is stored once in DRAM1 and loaded
+    # into the array once; the 16 MatMuls reuse it (the array keeps its weights until the next
+    # LoadWeights).
+    m = make_model([helper.make_node("GlobalAveragePool", ["x"], ["y"])], [("x", [1, 8, 4, 4])], [("y", None)], {})
+    hir = lower(to_graph(m), N)
+    layer = hir.layers[0]
+    assert isinstance(layer, ConvLayer) and layer.kernel == (4, 4)
+    lir = schedule(hir, ARCHITECTURES["pynqz1"])
+    shift = 2  # floor(log2(16)) - 2: the running sum stays in range
+    # zero bias, one block, then the two SIMD multipliers (x 4/16 * 2^2, then x 2^-2)
+    assert lir.consts.shape[0] == 1 + N + 2
+    np.testing.assert_array_equal(lir.consts[0], np.zeros(N))
+    np.testing.assert_array_equal(lir.consts[1:1 + N], np.diag(np.full(N, 256 >> shift)))
+    np.testing.assert_array_equal(lir.consts[1 + N:], [np.full(N, 256), np.full(N, 64)])
+    loads = [i for i in lir.instructions if isinstance(i, LoadWeights) and not i.zeroes]
+    assert len(loads) == 2  # the bias row and the one block
+    matmuls = [i for i in lir.instructions if isinstance(i, MatMul) and not i.zeroes]
+    assert len(matmuls) == 16 and all(i.accumulate for i in matmuls)
+
+
 def test_activations_share_dram0_once_dead():
     rng = np.random.default_rng(5)
     inits = {f"w{i}": rng.normal(size=(8, 8, 1, 1)).astype(np.float32) for i in range(4)}

@@ -427,9 +427,18 @@ class Scheduler:
         """Per output group: ``[bias, block 0 rows, block 1 rows, ...]``; returns offsets."""
         offsets = []
         for go, blocks in enumerate(per_go):
-            parts = [bias[go][None, :]] + [b[4] for b in blocks]
+            # A block equal to the one before it (every tap of an average pool) is stored once:
+            # addresses stay non-decreasing, so a streamed chunk is still one contiguous range.
+            parts = [bias[go][None, :]]
+            addrs: list[int] = []
+            for j, b in enumerate(blocks):
+                if j and np.array_equal(b[4], blocks[j - 1][4]):
+                    addrs.append(addrs[-1])
+                else:
+                    addrs.append(1 + (len(parts) - 1) * self.N)
+                    parts.append(b[4])
             base = self.consts.add(np.concatenate(parts, axis=0))
-            offsets.append((base, [base + 1 + j * self.N for j in range(len(blocks))]))
+            offsets.append((base, [base + a for a in addrs]))
         return offsets
 
     def conv(self, layer: ConvLayer, rec: LayerRecord) -> None:
@@ -461,7 +470,7 @@ class Scheduler:
         n_bcast = Go if kinds & {"add_bcast", "mul_bcast"} else 0
         acc_avail = (arch.accumulator_depth - n_simd - n_bcast) // tile_copies
         local_avail = arch.local_depth - region0
-        total_w = sum(1 + len(b) * N for b in per_go)
+        total_w = sum(1 + len(set(addrs)) * N for _, addrs in offsets)  # as stored: repeats once
         # A layer whose output channel c reads only input channel c (depthwise, pooling, scaling)
         # needs in local memory only the input groups of the partition it computes.
         diagonal = len(layer.inputs) == 1 and layer.inputs[0].diagonal is not None
@@ -595,6 +604,7 @@ class Scheduler:
                         if ci == 0:
                             e.load_bias(loc(bias_addr))
                             e.matmul(0, acc_go, rows * OW, 1, accumulate=False, zeroes=True)
+                            in_array = None  # the weights now in the array: the bias block
                         for j in chunk:
                             i, kh, kw, gi, _ = blocks[j]
                             h0, h1 = vh[kh]
@@ -602,7 +612,11 @@ class Scheduler:
                             r0, r1 = max(h0, oh0), min(h1, oh1)
                             if r0 >= r1 or w0 >= w1:
                                 continue
-                            e.load_block(loc(block_addrs[j]))
+                            # The array keeps its weights until the next LoadWeights: a block equal
+                            # to the one loaded last (pooling taps) is not loaded again.
+                            if in_array is None or block_addrs[j] != block_addrs[in_array]:
+                                e.load_block(loc(block_addrs[j]))
+                                in_array = j
                             lbase = band[(i, gi)]
                             for oh in range(r0, r1):
                                 ih = oh * sh + kh * dh - pt
