@@ -132,7 +132,7 @@ def test_resnet50v2_within_bound_on_every_array_size():
     feeds = M.example_inputs(model, seed=1)
     ref = onnxruntime_outputs(model, feeds)
     bounds = output_bounds(model, feeds)
-    # 25.5 M weights are 3.07 M vectors of 8: more than the pynqz1 preset's 1 M-vector DRAM1, a
+    # 25.5 M weights are 2.97 M vectors of 8: more than the pynqz1 preset's 1 M-vector DRAM1, a
     # clear error. The PYNQ-Z1's 512 MB of DDR3 holds them: with both DRAM regions raised to 4 M
     # vectors (64 MB each) the 8x8 array runs the model.
     from systolix.arch import get_architecture
