@@ -123,14 +123,22 @@ class Emitter:
             self.out.append(DataMove(flow, local + k * local_stride, far + k * far_stride, n - 1, local_stride, far_stride))
             k += n
 
-    def load_rows(self, local: int, far: int, rows: int, width: int, row_stride: int, pixel_stride: int) -> None:
-        """``rows`` rows of ``width`` pixels from DRAM0 (``row_stride`` and ``pixel_stride`` apart)
-        into consecutive local vectors: one move when the rows are contiguous, else one a row."""
+    def move_rows(self, flow: DataFlow, local: int, far: int, rows: int, width: int, row_stride: int, pixel_stride: int) -> None:
+        """``rows`` rows of ``width`` pixels between consecutive local vectors and DRAM (``row_stride``
+        and ``pixel_stride`` apart there): one move when the rows are contiguous, else one a row."""
         if pixel_stride == 1 and row_stride == width:
-            self.move(DataFlow.DRAM0_TO_LOCAL, local, far, rows * width)
+            self.move(flow, local, far, rows * width)
             return
         for r in range(rows):
-            self.move(DataFlow.DRAM0_TO_LOCAL, local + r * width, far + r * row_stride, width, 1, pixel_stride)
+            self.move(flow, local + r * width, far + r * row_stride, width, 1, pixel_stride)
+
+    def load_rows(self, local: int, far: int, rows: int, width: int, row_stride: int, pixel_stride: int) -> None:
+        """``move_rows`` from DRAM0 into local memory."""
+        self.move_rows(DataFlow.DRAM0_TO_LOCAL, local, far, rows, width, row_stride, pixel_stride)
+
+    def save_rows(self, local: int, far: int, rows: int, width: int, row_stride: int, pixel_stride: int) -> None:
+        """``move_rows`` from local memory out to DRAM0."""
+        self.move_rows(DataFlow.LOCAL_TO_DRAM0, local, far, rows, width, row_stride, pixel_stride)
 
     def matmul(self, local: int, acc: int, count: int, local_stride: int = 1, accumulate: bool = True, zeroes: bool = False) -> None:
         if count <= 0:
@@ -632,12 +640,7 @@ class Scheduler:
                     continue
                 e.move(DataFlow.ACC_TO_LOCAL, stage_base, 0, n_vec)
                 for go in range(go0, go1):
-                    sbase = stage_base + (go - go0) * rows * OW
-                    if ws == 1 and hs == OW:
-                        e.move(DataFlow.LOCAL_TO_DRAM0, sbase, base + go * gs + oh0 * hs, rows * OW)
-                    else:
-                        for r in range(rows):
-                            e.move(DataFlow.LOCAL_TO_DRAM0, sbase + r * OW, base + go * gs + (oh0 + r) * hs, OW, 1, ws)
+                    e.save_rows(stage_base + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows, OW, hs, ws)
 
     def post_ops(self, layer: ConvLayer, go0: int, go1: int, oh0: int, rows: int, OW: int, stage: int, acc_const: int, where) -> None:
         e = self.e
@@ -812,12 +815,7 @@ class Scheduler:
                     continue
                 e.move(DataFlow.ACC_TO_LOCAL, stage, out_acc, n_out)
                 for g in range(g0, g1):
-                    sb = stage + (g - g0) * rows * OW
-                    if ows == 1 and ohs == OW:
-                        e.move(DataFlow.LOCAL_TO_DRAM0, sb, ob + g * ogs + oh0 * ohs, rows * OW)
-                    else:
-                        for r in range(rows):
-                            e.move(DataFlow.LOCAL_TO_DRAM0, sb + r * OW, ob + g * ogs + (oh0 + r) * ohs, OW, 1, ows)
+                    e.save_rows(stage + (g - g0) * rows * OW, ob + g * ogs + oh0 * ohs, rows, OW, ohs, ows)
 
     # --- pixel mixes (linear resizes) ------------------------------------------------------------
     def pixelmix_consts(self, layer: PixelMixLayer):
