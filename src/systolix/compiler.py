@@ -21,6 +21,7 @@ from typing import Any, Callable
 import onnx
 
 from systolix.arch import Architecture, get_architecture
+from systolix.calibration import calibration_samples, tensor_values
 from systolix.artifacts import ProgramRef, TModel
 from systolix.backend import Artifacts
 from systolix.errors import SystolixError
@@ -69,6 +70,10 @@ class CompileSummary:
     layers: list = field(default_factory=list)
     placement_ops: dict[str, tuple[str, str]] = field(default_factory=dict)
     """node name -> (op type, where it runs)"""
+    calibration_samples: int = 0
+    gains: dict[str, Any] = field(default_factory=dict)
+    """conv layer name -> per output channel exponent of its amplified weights (calibrated compiles)"""
+    conv_layers: int = 0
 
     @property
     def host_nodes(self) -> list[str]:
@@ -128,8 +133,13 @@ def _host_onnx(model: onnx.ModelProto, graph: Graph, seg: Segment) -> bytes:
 
 
 def compile_segments(model: onnx.ModelProto, graph: Graph, arch: Architecture, name: str, strategy: str,
-                     host: bool, listing: bool, progress: Callable[[str, int, int], None] | None) -> list[Segment]:
-    """Partition and compile; nodes the accelerator rejects move to the host until all compile."""
+                     host: bool, listing: bool, progress: Callable[[str, int, int], None] | None,
+                     samples: list[dict] | None = None) -> list[Segment]:
+    """Partition and compile; nodes the accelerator rejects move to the host until all compile.
+
+    ``samples`` (calibration inputs of the whole model) become each accelerator segment's own
+    inputs, computed by onnxruntime where a segment starts inside the model.
+    """
     on_host: set[int] = set()
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     while True:
@@ -142,7 +152,12 @@ def compile_segments(model: onnx.ModelProto, graph: Graph, arch: Architecture, n
                     seg.onnx_bytes = _host_onnx(model, graph, seg)
                     continue
                 cb = None if progress is None else (lambda done, total, seg=seg: progress(seg.name, done, total))
-                seg.result = compile_graph(_subgraph(graph, seg, seg.name), arch, seg.name, strategy, listing, cb)
+                seg_samples = None
+                if samples:
+                    inner = [t for t in seg.inputs if t not in samples[0]]
+                    seg_samples = tensor_values(model, graph, samples, seg.inputs) if inner else samples
+                seg.result = compile_graph(_subgraph(graph, seg, seg.name), arch, seg.name, strategy, listing, cb,
+                                           calibration=seg_samples)
         except Unsupported as u:
             if not host:
                 raise UnsupportedOpError(f"{u}; host fallback is off (--no-host)") from None
@@ -209,12 +224,16 @@ def _safe_name(text: str) -> str:
 
 def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str = "local-isolated", host: bool = True,
                   listing: bool = False, name: str | None = None,
-                  progress: Callable[[str, int, int], None] | None = None) -> CompiledModel | CompiledPartitionedModel:
+                  progress: Callable[[str, int, int], None] | None = None,
+                  calibration: Any = None) -> CompiledModel | CompiledPartitionedModel:
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
     ``.tarch`` path or ``Architecture``).
 
     ``strategy``: one of ``STRATEGIES``; ``host=False`` makes an op the accelerator cannot run an
     error instead of a host segment; ``listing`` adds the assembly listing (``.tasm``).
+    ``calibration``: sample inputs (a dict of arrays, stacked samples allowed, a list of dicts,
+    or an ``.npz`` path); with them each layer's weights are amplified as far as the samples'
+    accumulator ranges allow (``systolix.scheduler.precision``), for smaller rounding errors.
     Returns a model with ``.run(inputs)``, ``.save(directory)`` and ``.summary``.
     """
     started = time.perf_counter()
@@ -227,7 +246,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     if name is None:
         stem = Path(source).stem if not isinstance(model_or_path, (onnx.ModelProto, bytes, bytearray)) else (graph.name or "model")
         name = f"{_safe_name(stem)}_{_safe_name(str(arch.array_size))}x{arch.array_size}"
-    segments = compile_segments(onnx_model, graph, arch, name, strategy, host, listing, progress)
+    samples = None if calibration is None else calibration_samples(calibration, graph)
+    segments = compile_segments(onnx_model, graph, arch, name, strategy, host, listing, progress, samples)
     placement = {}
     for seg in segments:
         for i in seg.nodes:
@@ -258,6 +278,9 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         summary.instructions += len(lir.instructions)
         summary.macs += sum(r.macs for r in lir.layers)
         summary.layers.extend(lir.layers)
+        summary.gains.update(seg.result.hir.gains)
+        summary.conv_layers += sum(1 for layer in seg.result.hir.layers if layer.kind == "conv")
+    summary.calibration_samples = len(samples) if samples else 0
     summary.seconds = time.perf_counter() - started
     tmp = Path(tempfile.mkdtemp(prefix="systolix-compile-"))
     try:

@@ -198,3 +198,35 @@ def test_small_memories_tile_without_changing_a_bit(name):
     a, b = roomy.run(feeds), tight.run(feeds)
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_compile_with_calibration_data_amplifies_weights_and_is_closer(tmp_path):
+    m = M.build("cnn/tiny")
+    model = save(m, tmp_path / "tiny.onnx")
+    name = m.graph.input[0].name
+    samples = np.stack([M.example_inputs(m, seed=100 + k)[name] for k in range(8)])
+    np.savez(tmp_path / "cal.npz", **{name: samples})
+    proc = run_cli("compile", model, "--arch", "pynqz1", "-o", tmp_path / "cal", "--calibrate", tmp_path / "cal.npz", check=True)
+    assert "amplified weights" in proc.stdout and "calibrated on 8 samples" in proc.stdout
+    assert "gain" in proc.stdout
+    plain = run_cli("compile", model, "--arch", "pynqz1", "-o", tmp_path / "plain", check=True)
+    assert "none (no calibration data" in plain.stdout
+    feeds = M.example_inputs(m, seed=3)
+    ref = ort.InferenceSession(m.SerializeToString()).run(None, feeds)[0]
+    err = {}
+    for kind in ("cal", "plain"):
+        got = next(iter(systolix.load(tmp_path / kind / "tiny_8x8.tmodel").run(feeds).values()))
+        err[kind] = float(np.max(np.abs(got - ref)))
+    assert err["cal"] < err["plain"], err
+
+
+def test_bad_calibration_data_is_a_clear_error_with_no_files(tmp_path):
+    model = save(M.build("cnn/tiny"), tmp_path / "tiny.onnx")
+    np.savez(tmp_path / "wrong.npz", nonsense=np.zeros(3))
+    out = tmp_path / "out"
+    proc = run_cli("compile", model, "--arch", "pynqz1", "-o", out, "--calibrate", tmp_path / "wrong.npz")
+    assert_user_error(proc, "wrong.npz", "no values for the model's input")
+    assert not out.exists() or not any(out.iterdir())
+    (tmp_path / "junk.npz").write_text("junk")
+    proc = run_cli("compile", model, "--arch", "pynqz1", "-o", out, "--calibrate", tmp_path / "junk.npz")
+    assert_user_error(proc, "junk.npz", "not a NumPy .npz file")

@@ -44,13 +44,25 @@ def summary_tables(summary) -> list[Table]:
     totals.add_row("instructions", f"{summary.instructions:,}")
     totals.add_row("useful MACs", f"{summary.macs:,} ({summary.macs / 1e6:.2f} M)")
     totals.add_row("segments", f"{acc_segments} accelerator, {host_segments} host")
+    if summary.calibration_samples:
+        exps = [int(k) for g in summary.gains.values() for k in g]
+        span = f", gains 2^{min(exps)} to 2^{max(exps)}" if exps else ""
+        totals.add_row("amplified weights", f"{len(summary.gains)} of {summary.conv_layers} conv layers{span} "
+                                            f"(calibrated on {summary.calibration_samples} samples)")
+    else:
+        totals.add_row("amplified weights", "none (no calibration data: --calibrate)")
     totals.add_row("compile time", f"{summary.seconds:.2f} s")
 
     layers = Table(title="Layers")
-    for col in ("#", "layer", "ops", "instructions", "stages", "partitions", "MACs"):
-        layers.add_column(col, justify="right" if col in ("#", "instructions", "stages", "partitions", "MACs") else "left")
+    columns = ["#", "layer", "ops", "instructions", "stages", "partitions", "MACs"] + (["gain"] if summary.calibration_samples else [])
+    for col in columns:
+        layers.add_column(col, justify="left" if col in ("layer", "ops") else "right")
     for k, r in enumerate(summary.layers):
-        layers.add_row(str(k), r.name, "+".join(r.ops), f"{r.end - r.first:,}", str(r.stages), str(r.partitions), f"{r.macs:,}")
+        row = [str(k), r.name, "+".join(r.ops), f"{r.end - r.first:,}", str(r.stages), str(r.partitions), f"{r.macs:,}"]
+        if summary.calibration_samples:
+            g = summary.gains.get(r.name)
+            row.append("" if g is None else (f"2^{int(g.min())}" if g.min() == g.max() else f"2^{int(g.min())}-{int(g.max())}"))
+        layers.add_row(*row)
 
     where = Table(title="Where the nodes run")
     where.add_column("op")
@@ -80,6 +92,9 @@ def compile_command(
     no_host: bool = typer.Option(False, "--no-host", help="Fail on ops the accelerator cannot run instead of running them on the host."),
     asm: bool = typer.Option(False, "--asm", help="Also write the assembly listing (.tasm)."),
     name: str = typer.Option(None, "--name", help="Base name of the output files (default: MODEL_NxN)."),
+    calibrate: Path = typer.Option(None, "--calibrate", "-c",
+                                   help="Sample inputs (.npz, arrays named as the model's inputs, samples stacked on a leading "
+                                        "axis): amplify each layer's weights as far as their accumulator ranges allow."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the path of the written .tmodel."),
 ) -> None:
     """Compile an ONNX model for a Tensil-compatible accelerator and print a compile summary."""
@@ -97,7 +112,8 @@ def compile_command(
         def on_layer(segment: str, done: int, total: int) -> None:
             progress.update(task, description=f"scheduling {segment}", completed=done, total=total)
 
-        compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_layer)
+        compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_layer,
+                                 calibration=calibrate)
     path = compiled.save(output)
     if quiet:
         console.print(str(path))

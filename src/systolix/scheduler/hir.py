@@ -251,3 +251,6 @@ class HirProgram:
     node_placement: dict[str, str] = field(default_factory=dict)
     perms: dict[str, list[int]] = field(default_factory=dict)
     """Inputs/outputs whose DRAM layout is not the canonical one for their shape (NHWC tensors)."""
+    gains: dict[str, np.ndarray] = field(default_factory=dict)
+    """Calibrated compiles (``systolix.scheduler.precision``): per conv layer whose weights were
+    amplified, each output channel's exponent."""

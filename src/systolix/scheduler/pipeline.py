@@ -1,13 +1,16 @@
 """The compiler's passes, in order, each a plain function from one IR to the next.
 
-    ONNX --frontend.to_graph--> Graph --lower--> HirProgram --schedule--> LirProgram
-         --roll_up_program--> LirProgram --backend.build_artifacts--> Artifacts
+    ONNX --frontend.to_graph--> Graph --lower--> HirProgram
+         [--amplify_weights--> HirProgram, given calibration samples]
+         --schedule--> LirProgram --roll_up_program--> LirProgram
+         --backend.build_artifacts--> Artifacts
 
-``compile_graph`` runs the last four for one accelerator segment.
+``compile_graph`` runs all but the first for one accelerator segment.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from systolix.arch import Architecture
@@ -16,6 +19,7 @@ from systolix.ir import Graph
 from systolix.scheduler.codegen import LirProgram, schedule
 from systolix.scheduler.hir import HirProgram
 from systolix.scheduler.lowering import lower
+from systolix.scheduler.precision import amplify_weights, calibrate
 from systolix.scheduler.rollup import roll_up
 
 
@@ -36,6 +40,7 @@ def roll_up_program(lir: LirProgram, arch: Architecture) -> LirProgram:
 
 PASSES = (
     ("lower", lower),
+    ("amplify weights", amplify_weights),
     ("schedule", schedule),
     ("roll up", roll_up_program),
     ("backend", build_artifacts),
@@ -50,9 +55,15 @@ class SegmentResult:
 
 
 def compile_graph(graph: Graph, arch: Architecture, name: str, strategy: str = "local-isolated",
-                  listing: bool = False, progress=None) -> SegmentResult:
-    """One accelerator program from a graph every node of which the accelerator runs."""
+                  listing: bool = False, progress=None, calibration: Sequence[dict] | None = None) -> SegmentResult:
+    """One accelerator program from a graph every node of which the accelerator runs.
+
+    ``calibration``: sample inputs of the graph (dicts of ONNX-shaped arrays); with them the
+    weights are amplified as far as the samples' accumulator ranges allow.
+    """
     hir = lower(graph, arch.array_size)
+    if calibration:
+        hir = amplify_weights(hir, arch, calibrate(hir, calibration))
     lir = schedule(hir, arch, strategy, progress)
     lir = roll_up_program(lir, arch)
     artifacts = build_artifacts(name, arch, hir, lir, listing)

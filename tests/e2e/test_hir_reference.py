@@ -1,0 +1,48 @@
+"""The lowering on its own: every model's high-level IR, run in float by
+``systolix.scheduler.reference``, against onnxruntime (no fixed point, no scheduling). The
+calibration pass reads its ranges from this evaluation, so it has to be the model's function."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import systolix.models as M
+from systolix.compiler import compile_model
+from systolix.frontend import graph_from_model, import_onnx
+from systolix.scheduler import lower
+from systolix.scheduler.reference import run_reference
+
+CASES = [n for n in M.names() if not n.startswith(("host/", "bad/")) and n not in ("ops/gemm_transa",) and n != "resnet50v2"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_ir_in_float_matches_onnxruntime(name):
+    model = M.build(name)
+    feeds = M.example_inputs(model, seed=1)
+    onnx_model, source, shapes = import_onnx(model)
+    hir = lower(graph_from_model(onnx_model, source, shapes), 8)
+    got = run_reference(hir, feeds)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    assert set(got) == set(ref)
+    for out, expected in ref.items():
+        scale = float(np.max(np.abs(expected))) + 1e-6
+        assert float(np.max(np.abs(got[out] - expected))) <= 1e-5 * scale, out
+
+
+@pytest.mark.parametrize("name", ["host/squeeze_excite", "host/softmax"])
+def test_calibration_reaches_segments_after_the_host(name):
+    """An accelerator segment that starts after a host segment is calibrated on the values
+    onnxruntime gives its inputs."""
+    model = M.build(name)
+    cal = [M.example_inputs(model, seed=100 + k) for k in range(4)]
+    compiled = compile_model(model, "pynqz1", calibration=cal)
+    assert compiled.summary.host_nodes and compiled.summary.calibration_samples == 4
+    feeds = M.example_inputs(model, seed=1)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    got = compiled.run(feeds)
+    for out, expected in ref.items():
+        assert float(np.max(np.abs(got[out] - expected))) < 0.05
