@@ -21,8 +21,8 @@ from typing import Any, Callable
 import onnx
 
 from systolix.arch import Architecture, get_architecture
-from systolix.calibration import calibration_samples, tensor_values
 from systolix.artifacts import ProgramRef, TModel
+from systolix.calibration import calibration_samples, tensor_values
 from systolix.backend import Artifacts
 from systolix.errors import SystolixError
 from systolix.frontend import graph_from_model, import_onnx
@@ -142,6 +142,9 @@ def compile_segments(model: onnx.ModelProto, graph: Graph, arch: Architecture, n
     """
     on_host: set[int] = set()
     index = {id(n): i for i, n in enumerate(graph.nodes)}
+    # A segment's calibration inputs, by its input names: a retry after moving a node to the
+    # host re-splits the graph, and most segments come back with the same inputs.
+    segment_samples: dict[tuple[str, ...], list[dict]] = {}
     while True:
         segments = _split(graph, on_host)
         multi = len(segments) > 1 or segments[0].kind == "host"
@@ -154,8 +157,11 @@ def compile_segments(model: onnx.ModelProto, graph: Graph, arch: Architecture, n
                 cb = None if progress is None else (lambda done, total, seg=seg: progress(seg.name, done, total))
                 seg_samples = None
                 if samples:
-                    inner = [t for t in seg.inputs if t not in samples[0]]
-                    seg_samples = tensor_values(model, graph, samples, seg.inputs) if inner else samples
+                    key = tuple(seg.inputs)
+                    if key not in segment_samples:
+                        inner = [t for t in seg.inputs if t not in samples[0]]
+                        segment_samples[key] = tensor_values(model, graph, samples, seg.inputs) if inner else samples
+                    seg_samples = segment_samples[key]
                 seg.result = compile_graph(_subgraph(graph, seg, seg.name), arch, seg.name, strategy, listing, cb,
                                            calibration=seg_samples)
         except Unsupported as u:

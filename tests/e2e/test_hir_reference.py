@@ -14,7 +14,8 @@ from systolix.frontend import graph_from_model, import_onnx
 from systolix.scheduler import lower
 from systolix.scheduler.reference import run_reference
 
-CASES = [n for n in M.names() if not n.startswith(("host/", "bad/")) and n not in ("ops/gemm_transa",) and n != "resnet50v2"]
+# Every model the accelerator runs whole (gemm_transa runs on the host); ResNet-50 is slow to build.
+CASES = [n for n in M.names() if not n.startswith(("host/", "bad/")) and n not in ("ops/gemm_transa", "resnet50v2")]
 
 
 @pytest.mark.parametrize("name", CASES)

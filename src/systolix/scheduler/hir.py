@@ -116,6 +116,11 @@ class ConvInput:
         out[np.arange(C), np.arange(C)] = self.diagonal
         return out
 
+    @property
+    def coefficients(self) -> np.ndarray:
+        """``weights`` or ``diagonal``, whichever this input has (output channel first in both)."""
+        return self.weights if self.weights is not None else self.diagonal
+
     def scaled(self, scale: np.ndarray) -> None:
         """Multiply output channel o's weights by ``scale[o]``."""
         if self.weights is not None:

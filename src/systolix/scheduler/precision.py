@@ -78,7 +78,7 @@ def calibrate(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]]) -> dict
         layer = hir.layers[index]
         bound = np.abs(np.asarray(layer.bias, np.float64))
         for inp, xmax in zip(layer.inputs, inputs[index]):
-            w = inp.weights if inp.weights is not None else inp.diagonal
+            w = inp.coefficients
             bound = bound + np.sum(np.abs(w.reshape(w.shape[0], -1)), axis=1) * xmax
         ranges[index] = LayerRange(peak, bound, len(samples) * layer.output.P)
     return ranges
@@ -88,8 +88,7 @@ def _exact(layer: ConvLayer, dtype: DataType) -> bool:
     """Integer weights and a representable bias (copies, tensor adds, padding): every product and
     sum is exact already, so a gain would add SIMD work and change nothing."""
     for inp in layer.inputs:
-        w = inp.weights if inp.weights is not None else inp.diagonal
-        if not np.array_equal(w, np.round(w)):
+        if not np.array_equal(inp.coefficients, np.round(inp.coefficients)):
             return False
     scaled = np.asarray(layer.bias, np.float64) * 2.0 ** dtype.binary_point
     return bool(np.array_equal(scaled, np.round(scaled)))
@@ -107,7 +106,7 @@ def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.nda
         expected = np.maximum(expected, np.minimum(4 * expected, seen.bound))
     wmax = np.abs(np.asarray(layer.bias, np.float64))
     for inp in layer.inputs:
-        w = inp.weights if inp.weights is not None else inp.diagonal
+        w = inp.coefficients
         wmax = np.maximum(wmax, np.max(np.abs(w.reshape(w.shape[0], -1)), axis=1, initial=0.0))
     gains = np.full(layer.output.C, top, np.int64)
     for c in range(layer.output.C):

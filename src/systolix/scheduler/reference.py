@@ -26,6 +26,7 @@ from systolix.scheduler.hir import (
     RemapLayer,
     ShuffleLayer,
 )
+from systolix.scheduler.lowering import canonical_elements
 
 
 @dataclass
@@ -61,8 +62,6 @@ def input_chw(hir: HirProgram, name: str, value: np.ndarray) -> np.ndarray:
     x = np.asarray(value, np.float64).reshape(shape)
     if len(shape) == 4 and name in hir.perms:
         return x[0].transpose(2, 0, 1)  # kept channels-last in DRAM
-    from systolix.scheduler.lowering import canonical_elements
-
     flat = np.empty(act.C * act.P, np.float64)
     flat[canonical_elements(shape).reshape(-1)] = x.reshape(-1)
     return flat.reshape(act.C, act.H, act.W)
@@ -74,8 +73,6 @@ def output_onnx(hir: HirProgram, name: str, value: np.ndarray) -> np.ndarray:
     act = hir.outputs[name]
     if len(shape) == 4 and name in hir.perms:
         return value.transpose(1, 2, 0).reshape(shape)
-    from systolix.scheduler.lowering import canonical_elements
-
     return value.reshape(-1)[canonical_elements(shape).reshape(-1)].reshape(shape)
 
 
