@@ -29,7 +29,7 @@ from systolix.frontend import graph_from_model, import_onnx
 from systolix.ir import Graph
 from systolix.runtime.model import Model
 from systolix.runtime.partitioned import PartitionedModel
-from systolix.scheduler.codegen import STRATEGIES
+from systolix.scheduler.codegen import STRATEGIES, ConstantsDoNotFit, SchedulingError
 from systolix.scheduler.lowering import Unsupported
 from systolix.scheduler.pipeline import SegmentResult, compile_graph
 
@@ -62,6 +62,9 @@ class CompileSummary:
     placement: dict[str, str]
     seconds: float
     consts_vectors: int = 0
+    """constants of every accelerator program together"""
+    consts_peak: int = 0
+    """the largest one program's constants (what DRAM1 must hold at a time)"""
     dram0_vectors: int = 0
     local_peak: int = 0
     acc_peak: int = 0
@@ -79,13 +82,21 @@ class CompileSummary:
     def host_nodes(self) -> list[str]:
         return [n for n, where in self.placement.items() if where == "host"]
 
+    @property
+    def constant_cuts(self) -> int:
+        """Places where the model was cut because the constants exceed DRAM1: accelerator
+        programs that follow another accelerator program."""
+        kinds = [s.kind for s in self.segments]
+        return sum(1 for a, b in zip(kinds, kinds[1:]) if a == b == "accelerator")
 
-def _split(graph: Graph, host: set[int]) -> list[Segment]:
-    """Consecutive nodes with the same placement, with each segment's boundary tensors."""
+
+def _split(graph: Graph, host: set[int], cuts: frozenset[int] | set[int] = frozenset()) -> list[Segment]:
+    """Consecutive nodes with the same placement, with each segment's boundary tensors; a node
+    in ``cuts`` starts a new segment (an accelerator program whose constants fit DRAM1)."""
     runs: list[Segment] = []
     for i, _ in enumerate(graph.nodes):
         kind = "host" if i in host else "accelerator"
-        if runs and runs[-1].kind == kind:
+        if runs and runs[-1].kind == kind and i not in cuts:
             runs[-1].nodes.append(i)
         else:
             runs.append(Segment(kind, [i], [], []))
@@ -132,21 +143,46 @@ def _host_onnx(model: onnx.ModelProto, graph: Graph, seg: Segment) -> bytes:
     return m.SerializeToString()
 
 
+def _constant_cuts(graph: Graph, seg: Segment, error: ConstantsDoNotFit) -> list[int]:
+    """Nodes (graph indices) at which to start new programs so that each one's constants fit:
+    greedily, layer by layer in program order, from each layer's share in ``error``."""
+    position = {n.name: i for i, n in enumerate(graph.nodes)}
+    first = seg.nodes[0]
+    cuts, used = [], 0
+    for layer, nodes, vectors in error.layers:
+        if vectors > error.depth:
+            raise SchedulingError(f"{error.context}layer {layer!r} (node {', '.join(nodes) or '?'}): its constants need {vectors} vectors "
+                                  f"of {error.where} but the architecture has {error.depth}; one layer is never split "
+                                  "across programs") from None
+        at = min((position[n] for n in nodes if n in position), default=None)
+        if used + vectors > error.depth and at is not None and at > first:
+            cuts.append(at)
+            used = 0
+        used += vectors
+    return cuts
+
+
 def compile_segments(model: onnx.ModelProto, graph: Graph, arch: Architecture, name: str, strategy: str,
                      host: bool, listing: bool, progress: Callable[[str, int, int], None] | None,
-                     samples: list[dict] | None = None) -> list[Segment]:
+                     samples: list[dict] | None = None, split: bool = True) -> list[Segment]:
     """Partition and compile; nodes the accelerator rejects move to the host until all compile.
 
+    An accelerator segment whose constants exceed DRAM1 is cut, with ``split``, into programs
+    whose constants fit, run one after another (each keeps its own constants in its own DRAM
+    buffer; the driver points the DRAM1 offset register at it, seed section 3.3).
     ``samples`` (calibration inputs of the whole model) become each accelerator segment's own
     inputs, computed by onnxruntime where a segment starts inside the model.
     """
     on_host: set[int] = set()
+    cuts: set[int] = set()
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     # A segment's calibration inputs, by its input names: a retry after moving a node to the
     # host re-splits the graph, and most segments come back with the same inputs.
     segment_samples: dict[tuple[str, ...], list[dict]] = {}
+    # Compiled accelerator segments by name and nodes: a retry recompiles only what changed.
+    compiled: dict[tuple[str, tuple[int, ...]], SegmentResult] = {}
     while True:
-        segments = _split(graph, on_host)
+        segments = _split(graph, on_host, cuts)
         multi = len(segments) > 1 or segments[0].kind == "host"
         try:
             for k, seg in enumerate(segments):
@@ -154,16 +190,32 @@ def compile_segments(model: onnx.ModelProto, graph: Graph, arch: Architecture, n
                 if seg.kind == "host":
                     seg.onnx_bytes = _host_onnx(model, graph, seg)
                     continue
+                key = (seg.name, tuple(seg.nodes))
+                if key in compiled:
+                    seg.result = compiled[key]
+                    continue
                 cb = None if progress is None else (lambda done, total, seg=seg: progress(seg.name, done, total))
                 seg_samples = None
                 if samples:
-                    key = tuple(seg.inputs)
-                    if key not in segment_samples:
+                    inputs = tuple(seg.inputs)
+                    if inputs not in segment_samples:
                         inner = [t for t in seg.inputs if t not in samples[0]]
-                        segment_samples[key] = tensor_values(model, graph, samples, seg.inputs) if inner else samples
-                    seg_samples = segment_samples[key]
-                seg.result = compile_graph(_subgraph(graph, seg, seg.name), arch, seg.name, strategy, listing, cb,
-                                           calibration=seg_samples)
+                        segment_samples[inputs] = tensor_values(model, graph, samples, seg.inputs) if inner else samples
+                    seg_samples = segment_samples[inputs]
+                try:
+                    seg.result = compile_graph(_subgraph(graph, seg, seg.name), arch, seg.name, strategy, listing, cb,
+                                               calibration=seg_samples)
+                except ConstantsDoNotFit as e:
+                    more = _constant_cuts(graph, seg, e) if split else []
+                    if not more or cuts.issuperset(more):
+                        if split:
+                            raise
+                        raise SchedulingError(f"{e}; splitting the model into programs is off (--no-split)") from None
+                    cuts.update(more)
+                    raise _Retry() from None
+                compiled[key] = seg.result
+        except _Retry:
+            continue
         except Unsupported as u:
             if not host:
                 raise UnsupportedOpError(f"{u}; host fallback is off (--no-host)") from None
@@ -173,6 +225,10 @@ def compile_segments(model: onnx.ModelProto, graph: Graph, arch: Architecture, n
             on_host.add(i)
             continue
         return segments
+
+
+class _Retry(Exception):
+    """Segments changed (new cuts): split and compile again."""
 
 
 class CompiledMixin:
@@ -231,7 +287,7 @@ def _safe_name(text: str) -> str:
 def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str = "local-isolated", host: bool = True,
                   listing: bool = False, name: str | None = None,
                   progress: Callable[[str, int, int], None] | None = None,
-                  calibration: Any = None) -> CompiledModel | CompiledPartitionedModel:
+                  calibration: Any = None, split: bool = True) -> CompiledModel | CompiledPartitionedModel:
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
     ``.tarch`` path or ``Architecture``).
 
@@ -240,6 +296,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     ``calibration``: sample inputs (a dict of arrays, stacked samples allowed, a list of dicts,
     or an ``.npz`` path); with them each layer's weights are amplified as far as the samples'
     accumulator ranges allow (``systolix.scheduler.precision``), for smaller rounding errors.
+    ``split``: constants larger than DRAM1 cut the model into several accelerator programs run
+    one after another (``False``: an error instead).
     Returns a model with ``.run(inputs)``, ``.save(directory)`` and ``.summary``.
     """
     started = time.perf_counter()
@@ -253,7 +311,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         stem = Path(source).stem if not isinstance(model_or_path, (onnx.ModelProto, bytes, bytearray)) else (graph.name or "model")
         name = f"{_safe_name(stem)}_{_safe_name(str(arch.array_size))}x{arch.array_size}"
     samples = None if calibration is None else calibration_samples(calibration, graph)
-    segments = compile_segments(onnx_model, graph, arch, name, strategy, host, listing, progress, samples)
+    segments = compile_segments(onnx_model, graph, arch, name, strategy, host, listing, progress, samples, split)
     placement = {}
     for seg in segments:
         for i in seg.nodes:
@@ -278,6 +336,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
             continue
         lir = seg.result.lir
         summary.consts_vectors += int(lir.consts.shape[0])
+        summary.consts_peak = max(summary.consts_peak, int(lir.consts.shape[0]))
         summary.dram0_vectors = max(summary.dram0_vectors, lir.dram0_vectors)
         summary.local_peak = max(summary.local_peak, lir.local_peak)
         summary.acc_peak = max(summary.acc_peak, lir.acc_peak)

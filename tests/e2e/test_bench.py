@@ -105,18 +105,10 @@ def test_yolov4_tiny_rows():
 
 
 @pytest.mark.slow
-def test_resnet50_rows_say_why_they_do_not_fit_the_small_boards():
+def test_resnet50_rows_cut_the_model_on_the_small_boards():
     rows = _bench("--model", "resnet50v2", "--no-zcu104")["models"]
-    # 25.6 M weights do not fit 1 M vectors of DRAM1 on the 8x8 and 12x12 architectures.
-    _check_model_rows(rows, "resnet50v2", allow_errors={"arty-a7-35", "pynq-z1"})
-    failed = [r["board"] for r in rows if r["error"]]
-    assert failed == ["arty-a7-35", "pynq-z1"]
-    assert all("DRAM1" in r["error"] for r in rows if r["error"])
-    # Each failed row is followed by the same compile with larger DRAM regions, which fits.
-    retries = [r for r in rows if r["variant"]]
-    assert [r["board"] for r in retries] == failed
-    macs = model_stats(build_cached("resnet50v2")).macs
-    for r in retries:
-        assert not r["error"] and "DRAM" in r["variant"]
-        assert r["macs"] == macs
-        assert r["latency_ms"] > r["compute_bound_ms"] and 0 < r["share_of_bound"] <= 1
+    _check_model_rows(rows, "resnet50v2")
+    # 25.6 M weights do not fit 1 M vectors of DRAM1 on the 8x8 and 12x12 architectures: the
+    # model runs as programs in a row there, timed together, every MAC counted once.
+    assert [r["board"] for r in rows if r["programs"] > 1] == ["arty-a7-35", "pynq-z1"]
+    assert not any(r["variant"] or r["error"] for r in rows)

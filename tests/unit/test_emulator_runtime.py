@@ -114,6 +114,23 @@ def test_input_saturation_is_counted(tmp_path):
     assert run.outputs["y"][0, 0] == pytest.approx(127.99609375 + 0.5, abs=1)  # saturated input, then array math
 
 
+def test_a_run_that_saturates_warns_and_one_that_does_not_is_silent(tmp_path):
+    import warnings
+
+    from systolix.runtime import SaturationWarning
+
+    model = systolix.load(build_model(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.run({"x": X})
+    # 100 * 1.0 + 30 * 0.25 + 0.5: exact inputs, but the sum goes past 128 in the accumulators.
+    with pytest.warns(SaturationWarning, match=r"m.tmodel: 1 results in 1 of 2 inputs saturated at the FP16BP8 range"):
+        out = model.run({"x": np.array([[[120.0, 40.0, 0.0]], X], np.float32)})["y"]
+    assert out[0, 0, 0] == pytest.approx(127.99609375) and np.array_equal(out[1], reference(X))
+    with pytest.warns(SaturationWarning, match=r"1 input values saturated"):
+        model.run({"x": np.array([[1000.0, 0.0, 0.0]], np.float32)})
+
+
 @pytest.mark.parametrize("inputs, fragment", [
     ({"x": np.zeros((1, 4))}, "expected shape [1, 3]"),
     ({"z": X}, "unknown input 'z'"),

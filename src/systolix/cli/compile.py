@@ -23,10 +23,12 @@ def summary_tables(summary) -> list[Table]:
     mem.add_column("depth (vectors)", justify="right")
     mem.add_column("used (bytes)", justify="right")
     consts_where = "local (consts)" if summary.strategy in ("local-consts", "local-vars-and-consts") else "DRAM1 (consts)"
+    if summary.constant_cuts:
+        consts_where += ", largest program"
     rows = [
         ("DRAM0 (vars)", summary.dram0_vectors, arch.dram0_depth, summary.dram0_vectors * vb),
-        (consts_where, summary.consts_vectors, arch.dram1_depth if consts_where.startswith("DRAM1") else arch.local_depth,
-         summary.consts_vectors * vb),
+        (consts_where, summary.consts_peak, arch.dram1_depth if consts_where.startswith("DRAM1") else arch.local_depth,
+         summary.consts_peak * vb),
         ("local (peak per layer)", summary.local_peak, arch.local_depth, summary.local_peak * vb),
         ("accumulators (peak)", summary.acc_peak, arch.accumulator_depth, summary.acc_peak * N * 4),
     ]
@@ -44,6 +46,11 @@ def summary_tables(summary) -> list[Table]:
     totals.add_row("instructions", f"{summary.instructions:,}")
     totals.add_row("useful MACs", f"{summary.macs:,} ({summary.macs / 1e6:.2f} M)")
     totals.add_row("segments", f"{acc_segments} accelerator, {host_segments} host")
+    if summary.constant_cuts:
+        local = consts_where.startswith("local")
+        memory, depth = ("local memory", arch.local_depth) if local else ("DRAM1", arch.dram1_depth)
+        totals.add_row("constants", f"{summary.consts_vectors:,} vectors, more than {memory}'s {depth:,}: "
+                                    f"{summary.constant_cuts + 1} programs in a row, each with its own constants")
     if summary.calibration_samples:
         exps = [int(k) for g in summary.gains.values() for k in g]
         span = f", gains 2^{min(exps)} to 2^{max(exps)}" if exps else ""
@@ -95,6 +102,8 @@ def compile_command(
     calibrate: Path = typer.Option(None, "--calibrate", "-c",
                                    help="Sample inputs (.npz, arrays named as the model's inputs, samples stacked on a leading "
                                         "axis): amplify each layer's weights as far as their accumulator ranges allow."),
+    no_split: bool = typer.Option(False, "--no-split",
+                                  help="Fail when the constants exceed DRAM1 instead of cutting the model into programs run in a row."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the path of the written .tmodel."),
 ) -> None:
     """Compile an ONNX model for a Tensil-compatible accelerator and print a compile summary."""
@@ -113,7 +122,7 @@ def compile_command(
             progress.update(task, description=f"scheduling {segment}", completed=done, total=total)
 
         compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_layer,
-                                 calibration=calibrate)
+                                 calibration=calibrate, split=not no_split)
     path = compiled.save(output)
     if quiet:
         console.print(str(path))

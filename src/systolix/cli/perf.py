@@ -279,6 +279,9 @@ def _models_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
         if r.get("variant"):
             notes.append(r["variant"])
             board += f" [{len(notes)}]"
+        if r.get("programs", 1) > 1:
+            notes.append(f"constants past DRAM1: {r['programs']} programs in a row, each with its own DRAM1 buffer")
+            board += f" [{len(notes)}]"
         head = [r["title"], board, f"{r['array_size']}x{r['array_size']}", f"{r['clock_mhz']:g}"]
         seed = [_ms(r["seed_latency_ms"]), _fps(r["seed_fps"])]
         if r["error"]:

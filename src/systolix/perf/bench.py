@@ -21,7 +21,7 @@ from typing import Any, Callable
 from systolix.arch import get_board
 from systolix.errors import SystolixError
 from systolix.perf.calibration import calibration_table
-from systolix.perf.estimate import Estimate, estimate
+from systolix.perf.estimate import Estimate, estimate, estimate_partitioned
 
 # The seed's benchmark table (seed 000, section 1, "Benchmarks"): Tensil's published latency
 # (ms) and frame rate per board. They come from Tensil's serial latency model, not from
@@ -110,6 +110,7 @@ class CompiledEstimate:
     estimate: Estimate | None
     compile_seconds: float
     error: str | None = None
+    programs: int = 1  # accelerator programs run in a row (more than one: constants past DRAM1)
 
 
 def compile_and_estimate(model, arch, board_name: str, strategy: str = "local-isolated",
@@ -118,7 +119,9 @@ def compile_and_estimate(model, arch, board_name: str, strategy: str = "local-is
 
     A model the compiler refuses (does not fit the memories, an op it cannot run) gives
     ``error`` with the compiler's message instead of raising; so does a model the compiler
-    splits between accelerator and host, whose host part the latency model cannot time.
+    splits between accelerator and host, whose host part the latency model cannot time. A model
+    cut into several accelerator programs (constants past DRAM1) is timed as all of them in a
+    row, the host copying each boundary tensor (counted as host I/O).
     """
     from systolix.compiler import compile_model
 
@@ -138,8 +141,9 @@ def compile_and_estimate(model, arch, board_name: str, strategy: str = "local-is
                                 "the latency model times the accelerator only")
     with tempfile.TemporaryDirectory(prefix="systolix-bench-") as tmp:
         path = compiled.save(tmp)
-        est = estimate(path, board)
-    return CompiledEstimate(est, seconds)
+        # Constants past DRAM1 cut the model into programs run in a row: time them all.
+        est = estimate_partitioned(path, board)[0] if compiled.summary.constant_cuts else estimate(path, board)
+    return CompiledEstimate(est, seconds, programs=compiled.summary.constant_cuts + 1)
 
 
 def compute_bound_ms(macs: int, array_size: int, clock_mhz: float) -> float:
@@ -178,7 +182,7 @@ def models_table(models: tuple[str, ...] = BENCH_MODELS, boards: tuple[str, ...]
             row: dict[str, Any] = {
                 "model": name, "title": MODEL_TITLES.get(name, name), "board": board_name, "array_size": n,
                 "clock_mhz": board.clock_mhz, "seed_latency_ms": seed_ms, "seed_fps": seed_fps, "variant": None,
-                "compile_seconds": round(r.compile_seconds, 2), "error": r.error,
+                "compile_seconds": round(r.compile_seconds, 2), "error": r.error, "programs": r.programs,
             }
             if r.estimate is not None:
                 e = r.estimate
@@ -212,7 +216,7 @@ def _with_larger_dram(onnx_model, name: str, board_name: str, progress: Progress
         "model": name, "title": MODEL_TITLES.get(name, name), "board": board_name, "array_size": n,
         "clock_mhz": board.clock_mhz, "seed_latency_ms": seed_ms, "seed_fps": seed_fps,
         "variant": f"DRAM0 and DRAM1 depths raised to {LARGER_DRAM_DEPTH:,} vectors",
-        "compile_seconds": round(r.compile_seconds, 2), "error": r.error,
+        "compile_seconds": round(r.compile_seconds, 2), "error": r.error, "programs": r.programs,
     }
     if r.estimate is not None:
         e = r.estimate

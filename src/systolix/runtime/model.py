@@ -12,6 +12,7 @@ leading axis on every input is a batch, and the outputs get it too.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -28,6 +29,11 @@ from systolix.runtime.layout import tensor_to_vectors, vector_count, vectors_to_
 
 class RuntimeInputError(SystolixError):
     """Inputs given to ``Model.run`` do not match the model."""
+
+
+class SaturationWarning(UserWarning):
+    """A run saturated: some sum or input went past the data type's range, so the outputs may
+    differ from the model's (fixed-point arithmetic clamps instead of failing)."""
 
 
 @dataclass(frozen=True)
@@ -182,8 +188,20 @@ class Model:
 
         ``batch=None`` infers a batch from an extra leading axis; ``True``/``False`` insist.
         Options (``tracepoint``, ``trace_file``, ``progress``...) go to ``Emulator.run``.
+        A run that saturated (see ``run_detailed`` for the counts) warns with ``SaturationWarning``.
         """
-        return self.run_detailed(inputs, batch=batch, **run_options).outputs
+        detail = self.run_detailed(inputs, batch=batch, **run_options)
+        sums, given = detail.result.saturation_total, detail.input_saturations
+        if sums or given:
+            items = int(np.count_nonzero(detail.result.saturations_per_item.sum(axis=1)))
+            what = [f"{sums:,} results in {items} of {detail.batch} inputs"] if sums else []
+            what += [f"{given:,} input values"] if given else []
+            dtype = self.arch.data_type
+            warnings.warn(SaturationWarning(
+                f"{self.source}: {' and '.join(what)} saturated at the {dtype.name} range (+-{dtype.max_value:g}): "
+                "the outputs may differ from the model's (a calibrated compile assumes inputs like its samples)"),
+                stacklevel=2)
+        return detail.outputs
 
     def run_vectors(self, inputs, *, batch: bool | None = None, **run_options) -> ModelRun:
         """Like ``run_detailed`` but every input and output is raw vectors as floats, ``[n, N]``

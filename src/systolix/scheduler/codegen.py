@@ -33,6 +33,20 @@ class SchedulingError(SystolixError):
     """A layer does not fit the architecture's memories."""
 
 
+class ConstantsDoNotFit(SchedulingError):
+    """The program's constants need more of DRAM1 (or local memory) than the architecture has.
+
+    ``layers`` lists each layer's name, ONNX node names and vectors of constants, in program
+    order: enough for ``systolix.compiler`` to cut the graph into programs that fit.
+    """
+
+    def __init__(self, message: str, needed: int, depth: int, where: str, layers: list[tuple[str, list[str], int]],
+                 context: str = ""):
+        super().__init__(message)
+        self.needed, self.depth, self.where, self.layers = needed, depth, where, layers
+        self.context = context  # what the message starts with (the strategy, where it matters)
+
+
 @dataclass
 class LayerRecord:
     """One entry of the layer map, plus what the compile summary reports."""
@@ -70,12 +84,15 @@ class ConstPool:
         self.N = N
         self.chunks: list[np.ndarray] = []
         self.size = 0
+        self.owner = -1  # the layer (index) whose constants are being added
+        self.by_owner: dict[int, int] = {}
 
     def add(self, vectors: np.ndarray) -> int:
         v = np.asarray(vectors, np.int64).reshape(-1, self.N)
         offset = self.size
         self.chunks.append(v)
         self.size += v.shape[0]
+        self.by_owner[self.owner] = self.by_owner.get(self.owner, 0) + v.shape[0]
         return offset
 
     def image(self) -> np.ndarray:
@@ -320,6 +337,7 @@ class Scheduler:
         if self.vars_local:
             self.region0 += self.plan_local_vars(hir, self.const_region)
         for k, layer in enumerate(hir.layers):
+            self.consts.owner = k
             start = len(self.e.out)
             rec = LayerRecord(layer.name, list(layer.ops), start, start, int(layer.macs))
             if isinstance(layer, ConvLayer):
@@ -342,7 +360,7 @@ class Scheduler:
         where = "local memory" if self.consts_local else "DRAM1"
         depth = self.arch.local_depth if self.consts_local else self.arch.dram1_depth
         if image.shape[0] > depth:
-            raise SchedulingError(f"the constants need {image.shape[0]} vectors of {where} but the architecture has {depth}")
+            raise self.constants_overflow(hir, "", where, depth)
         return LirProgram(self.e.out, image, self.records, dram0, self.local_peak, self.acc_peak, self.consts_local, self.strategy)
 
     # --- conv layers ----------------------------------------------------------------------
@@ -415,7 +433,8 @@ class Scheduler:
     def prepare_consts(self, hir: HirProgram) -> None:
         """local-consts: every layer's constants are placed first, so the local region is known."""
         self.layer_consts = {}
-        for layer in hir.layers:
+        for index, layer in enumerate(hir.layers):
+            self.consts.owner = index
             if isinstance(layer, ConvLayer):
                 per_go, bias = self.conv_consts(layer)
                 offsets = self.store_conv_consts(per_go, bias)
@@ -428,8 +447,15 @@ class Scheduler:
                 self.layer_consts[id(layer)] = self.shuffle_consts(layer)
         self.const_region = self.consts.size
         if self.const_region > self.arch.local_depth:
-            raise SchedulingError(
-                f"strategy {self.strategy}: the constants need {self.const_region} vectors of local memory but the architecture has {self.arch.local_depth}")
+            raise self.constants_overflow(hir, f"strategy {self.strategy}: ", "local memory", self.arch.local_depth)
+
+    def constants_overflow(self, hir: HirProgram, prefix: str, where: str, depth: int) -> ConstantsDoNotFit:
+        """The error for constants past ``depth``, with each layer's share."""
+        layers = [(layer.name, list(layer.nodes), self.consts.by_owner.get(k, 0)) for k, layer in enumerate(hir.layers)]
+        name, _, most = max(layers, key=lambda entry: entry[2])
+        message = (f"{prefix}the constants need {self.consts.size} vectors of {where} but the architecture has {depth} "
+                   f"(the largest share: layer {name!r}, {most})")
+        return ConstantsDoNotFit(message, self.consts.size, depth, where, layers, prefix)
 
     def store_conv_consts(self, per_go, bias) -> list[tuple[int, list[int]]]:
         """Per output group: ``[bias, block 0 rows, block 1 rows, ...]``; returns offsets."""

@@ -1,0 +1,73 @@
+"""Models whose constants exceed DRAM1: cut into accelerator programs run one after another,
+each with its own constants (the driver points DRAM1's offset register at each program's buffer,
+seed section 3.3). The cut changes where activations wait between layers, not a single value."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import systolix
+import systolix.models as M
+from systolix.arch import get_architecture
+from systolix.compiler import compile_model
+from systolix.scheduler import SchedulingError
+from tests.error_model import output_bounds
+
+SMALL_DRAM1 = 32768  # ResNet-20 v2 on 8x8: 72,470 vectors of constants, its largest layer 18,448
+
+
+@pytest.fixture(scope="module")
+def resnet20():
+    return M.build("resnet20v2")
+
+
+@pytest.fixture(scope="module")
+def feeds(resnet20):
+    items = [M.example_inputs(resnet20, seed=k) for k in range(4)]
+    return {name: np.stack([it[name] for it in items]) for name in items[0]}, items
+
+
+def test_split_programs_fit_and_compute_what_one_program_does(resnet20, feeds, tmp_path):
+    batch, items = feeds
+    small = get_architecture("pynqz1").model_copy(update={"dram1_depth": SMALL_DRAM1})
+    split = compile_model(resnet20, small)
+    whole = compile_model(resnet20, "pynqz1")
+    assert [s.kind for s in split.summary.segments] == ["accelerator"] * 3
+    assert split.summary.constant_cuts == 2 and whole.summary.constant_cuts == 0
+    for seg in split.summary.segments:
+        assert seg.result.lir.consts.shape[0] <= SMALL_DRAM1
+    assert split.summary.consts_vectors == whole.summary.consts_vectors
+    assert split.summary.consts_peak <= SMALL_DRAM1 < whole.summary.consts_peak
+    # Every node runs in exactly one program, in the model's order.
+    nodes = [i for seg in split.summary.segments for i in seg.nodes]
+    assert nodes == sorted(nodes) == list(range(len(nodes)))
+
+    ours = next(iter(split.run(batch).values()))
+    one = next(iter(whole.run(batch).values()))
+    np.testing.assert_array_equal(ours, one)
+    sess = ort.InferenceSession(resnet20.SerializeToString(), providers=["CPUExecutionProvider"])
+    for k, item in enumerate(items):
+        ref = sess.run(None, item)[0]
+        bound = next(iter(output_bounds(resnet20, item).values()))
+        assert float(np.max(np.abs(ours[k] - ref))) <= bound
+
+    # Saved and loaded: the same programs and the same answers.
+    top = split.save(tmp_path)
+    loaded = systolix.load(top)
+    np.testing.assert_array_equal(next(iter(loaded.run(batch).values())), ours)
+
+
+def test_one_layer_past_dram1_is_an_error_naming_it(resnet20):
+    tiny = get_architecture("pynqz1").model_copy(update={"dram1_depth": 16384})
+    with pytest.raises(SchedulingError, match=r"layer 'stage3_unit1_b_conv' .*constants need 18448 vectors of DRAM1 "
+                                              r"but the architecture has 16384"):
+        compile_model(resnet20, tiny)
+
+
+def test_no_split_keeps_the_error(resnet20):
+    small = get_architecture("pynqz1").model_copy(update={"dram1_depth": SMALL_DRAM1})
+    with pytest.raises(SchedulingError, match=r"constants need 72470 vectors of DRAM1 but the architecture has 32768 "
+                                              r"\(the largest share: layer '.*', 18448\); splitting .* off"):
+        compile_model(resnet20, small, split=False)
