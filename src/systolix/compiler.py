@@ -179,8 +179,8 @@ def compile_segments(model: onnx.ModelProto, graph: Graph, arch: Architecture, n
     # A segment's calibration inputs, by its input names: a retry after moving a node to the
     # host re-splits the graph, and most segments come back with the same inputs.
     segment_samples: dict[tuple[str, ...], list[dict]] = {}
-    # Compiled accelerator segments by name and nodes: a retry recompiles only what changed.
-    compiled: dict[tuple[str, tuple[int, ...]], SegmentResult] = {}
+    # Compiled accelerator segments by name, nodes and outputs: a retry recompiles only what changed.
+    compiled: dict[tuple, SegmentResult] = {}
     while True:
         segments = _split(graph, on_host, cuts)
         multi = len(segments) > 1 or segments[0].kind == "host"
@@ -190,7 +190,7 @@ def compile_segments(model: onnx.ModelProto, graph: Graph, arch: Architecture, n
                 if seg.kind == "host":
                     seg.onnx_bytes = _host_onnx(model, graph, seg)
                     continue
-                key = (seg.name, tuple(seg.nodes))
+                key = (seg.name, tuple(seg.nodes), tuple(seg.outputs))
                 if key in compiled:
                     seg.result = compiled[key]
                     continue

@@ -118,13 +118,17 @@ def test_truncated_onnx_file(tmp_path):
     assert not out.exists()
 
 
+def small_dram1(tmp_path, name: str, depth: int):
+    """The pynqz1 preset with ``depth`` vectors of DRAM1, as a .tarch file; the model ``name`` saved
+    beside it; and the output directory to use."""
+    tarch = tmp_path / "small.tarch"
+    ARCHITECTURES["pynqz1"].model_copy(update={"dram1_depth": depth}).save(tarch)
+    return tarch, save(M.build(name), tmp_path / f"{name.replace('/', '_')}.onnx"), tmp_path / "out"
+
+
 def test_weights_that_do_not_fit_dram1(tmp_path):
     # One layer is never cut: a conv whose weights alone exceed DRAM1 is an error naming it.
-    arch = ARCHITECTURES["pynqz1"].model_copy(update={"dram1_depth": 64})
-    tarch = tmp_path / "small.tarch"
-    arch.save(tarch)
-    model = save(M.build("ops/conv3x3_17to33"), tmp_path / "c.onnx")
-    out = tmp_path / "out"
+    tarch, model, out = small_dram1(tmp_path, "ops/conv3x3_17to33", 64)
     assert_user_error(run_cli("compile", model, "--arch", tarch, "-o", out), "layer", "constants need", "DRAM1",
                       "has 64")
     assert not out.exists()
@@ -132,18 +136,14 @@ def test_weights_that_do_not_fit_dram1(tmp_path):
 
 def test_constants_past_dram1_cut_the_model_or_fail_with_no_split(tmp_path):
     # ResNet-20 v2 on 8x8 has 72,470 vectors of constants; its largest layer 18,448.
-    arch = ARCHITECTURES["pynqz1"].model_copy(update={"dram1_depth": 32768})
-    tarch = tmp_path / "small.tarch"
-    arch.save(tarch)
-    model = save(M.build("resnet20v2"), tmp_path / "r20.onnx")
-    out = tmp_path / "out"
+    tarch, model, out = small_dram1(tmp_path, "resnet20v2", 32768)
     assert_user_error(run_cli("compile", model, "--arch", tarch, "-o", out, "--no-split"),
                       "constants need 72470 vectors of DRAM1", "has 32768", "--no-split")
     assert not out.exists()
     proc = run_cli("compile", model, "--arch", tarch, "-o", out, check=True)
     assert "DRAM1 (consts), largest program" in proc.stdout
     assert "72,470 vectors, more than DRAM1's 32,768: 3 programs in a row" in " ".join(proc.stdout.split())
-    top = json.loads((out / "r20_8x8.tmodel").read_text())
+    top = json.loads((out / "resnet20v2_8x8.tmodel").read_text())
     kinds = [seg["kind"] for seg in top["systolix"]["segments"]]
     assert kinds == ["accelerator"] * 3
     for seg in top["systolix"]["segments"]:
