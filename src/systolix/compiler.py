@@ -202,19 +202,17 @@ def compile_segments(model: onnx.ModelProto, graph: Graph, arch: Architecture, n
                         inner = [t for t in seg.inputs if t not in samples[0]]
                         segment_samples[inputs] = tensor_values(model, graph, samples, seg.inputs) if inner else samples
                     seg_samples = segment_samples[inputs]
-                try:
-                    seg.result = compile_graph(_subgraph(graph, seg, seg.name), arch, seg.name, strategy, listing, cb,
-                                               calibration=seg_samples)
-                except ConstantsDoNotFit as e:
-                    more = _constant_cuts(graph, seg, e) if split else []
-                    if not more or cuts.issuperset(more):
-                        if split:
-                            raise
-                        raise SchedulingError(f"{e}; splitting the model into programs is off (--no-split)") from None
-                    cuts.update(more)
-                    raise _Retry() from None
+                seg.result = compile_graph(_subgraph(graph, seg, seg.name), arch, seg.name, strategy, listing, cb,
+                                           calibration=seg_samples)
                 compiled[key] = seg.result
-        except _Retry:
+        except ConstantsDoNotFit as e:
+            # ``seg`` is the segment that overflowed: cut it and compile again.
+            more = _constant_cuts(graph, seg, e) if split else []
+            if not more or cuts.issuperset(more):
+                if split:
+                    raise
+                raise SchedulingError(f"{e}; splitting the model into programs is off (--no-split)") from None
+            cuts.update(more)
             continue
         except Unsupported as u:
             if not host:
@@ -225,10 +223,6 @@ def compile_segments(model: onnx.ModelProto, graph: Graph, arch: Architecture, n
             on_host.add(i)
             continue
         return segments
-
-
-class _Retry(Exception):
-    """Segments changed (new cuts): split and compile again."""
 
 
 class CompiledMixin:

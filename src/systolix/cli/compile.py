@@ -22,13 +22,14 @@ def summary_tables(summary) -> list[Table]:
     mem.add_column("used (vectors)", justify="right")
     mem.add_column("depth (vectors)", justify="right")
     mem.add_column("used (bytes)", justify="right")
-    consts_where = "local (consts)" if summary.strategy in ("local-consts", "local-vars-and-consts") else "DRAM1 (consts)"
+    consts_local = summary.strategy in ("local-consts", "local-vars-and-consts")
+    consts_memory, consts_depth = ("local memory", arch.local_depth) if consts_local else ("DRAM1", arch.dram1_depth)
+    consts_where = "local (consts)" if consts_local else "DRAM1 (consts)"
     if summary.constant_cuts:
         consts_where += ", largest program"
     rows = [
         ("DRAM0 (vars)", summary.dram0_vectors, arch.dram0_depth, summary.dram0_vectors * vb),
-        (consts_where, summary.consts_peak, arch.dram1_depth if consts_where.startswith("DRAM1") else arch.local_depth,
-         summary.consts_peak * vb),
+        (consts_where, summary.consts_peak, consts_depth, summary.consts_peak * vb),
         ("local (peak per layer)", summary.local_peak, arch.local_depth, summary.local_peak * vb),
         ("accumulators (peak)", summary.acc_peak, arch.accumulator_depth, summary.acc_peak * N * 4),
     ]
@@ -47,9 +48,7 @@ def summary_tables(summary) -> list[Table]:
     totals.add_row("useful MACs", f"{summary.macs:,} ({summary.macs / 1e6:.2f} M)")
     totals.add_row("segments", f"{acc_segments} accelerator, {host_segments} host")
     if summary.constant_cuts:
-        local = consts_where.startswith("local")
-        memory, depth = ("local memory", arch.local_depth) if local else ("DRAM1", arch.dram1_depth)
-        totals.add_row("constants", f"{summary.consts_vectors:,} vectors, more than {memory}'s {depth:,}: "
+        totals.add_row("constants", f"{summary.consts_vectors:,} vectors, more than {consts_memory}'s {consts_depth:,}: "
                                     f"{summary.constant_cuts + 1} programs in a row, each with its own constants")
     if summary.calibration_samples:
         exps = [int(k) for g in summary.gains.values() for k in g]
