@@ -77,6 +77,8 @@ class CompileSummary:
     gains: dict[str, Any] = field(default_factory=dict)
     """conv layer name -> per output channel exponent of its amplified weights (calibrated compiles)"""
     conv_layers: int = 0
+    rounded: list[str] = field(default_factory=list)
+    """conv layers whose weights calibration rounded (GPTQ), by name"""
 
     @property
     def host_nodes(self) -> list[str]:
@@ -338,6 +340,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         summary.macs += sum(r.macs for r in lir.layers)
         summary.layers.extend(lir.layers)
         summary.gains.update(seg.result.hir.gains)
+        summary.rounded.extend(seg.result.hir.rounded)
         summary.conv_layers += sum(1 for layer in seg.result.hir.layers if layer.kind == "conv")
     summary.calibration_samples = len(samples) if samples else 0
     summary.seconds = time.perf_counter() - started

@@ -55,6 +55,8 @@ def summary_tables(summary) -> list[Table]:
         span = f", gains 2^{min(exps)} to 2^{max(exps)}" if exps else ""
         totals.add_row("amplified weights", f"{len(summary.gains)} of {summary.conv_layers} conv layers{span} "
                                             f"(calibrated on {summary.calibration_samples} samples)")
+        totals.add_row("rounded weights", f"{len(summary.rounded)} of {summary.conv_layers} conv layers rounded to fit the "
+                                          "samples (GPTQ), the rest to nearest")
     else:
         totals.add_row("amplified weights", "none (no calibration data: --calibrate)")
     totals.add_row("compile time", f"{summary.seconds:.2f} s")

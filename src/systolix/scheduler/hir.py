@@ -259,3 +259,6 @@ class HirProgram:
     gains: dict[str, np.ndarray] = field(default_factory=dict)
     """Calibrated compiles (``systolix.scheduler.precision``): per conv layer whose weights were
     amplified, each output channel's exponent."""
+    rounded: list[str] = field(default_factory=list)
+    """Calibrated compiles (``systolix.scheduler.rounding``): conv layers whose weights were rounded
+    to keep their outputs on the samples close to the float ones."""

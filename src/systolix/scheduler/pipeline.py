@@ -1,7 +1,7 @@
 """The compiler's passes, in order, each a plain function from one IR to the next.
 
     ONNX --frontend.to_graph--> Graph --lower--> HirProgram
-         [--amplify_weights--> HirProgram, given calibration samples]
+         [--amplify_weights--> HirProgram --round_weights--> HirProgram, given calibration samples]
          --schedule--> LirProgram --roll_up_program--> LirProgram
          --backend.build_artifacts--> Artifacts
 
@@ -20,6 +20,7 @@ from systolix.scheduler.codegen import LirProgram, schedule
 from systolix.scheduler.hir import HirProgram
 from systolix.scheduler.lowering import lower
 from systolix.scheduler.precision import amplify_weights, calibrate
+from systolix.scheduler.rounding import round_weights
 from systolix.scheduler.rollup import roll_up
 
 
@@ -41,6 +42,7 @@ def roll_up_program(lir: LirProgram, arch: Architecture) -> LirProgram:
 PASSES = (
     ("lower", lower),
     ("amplify weights", amplify_weights),
+    ("round weights", round_weights),
     ("schedule", schedule),
     ("roll up", roll_up_program),
     ("backend", build_artifacts),
@@ -59,11 +61,14 @@ def compile_graph(graph: Graph, arch: Architecture, name: str, strategy: str = "
     """One accelerator program from a graph every node of which the accelerator runs.
 
     ``calibration``: sample inputs of the graph (dicts of ONNX-shaped arrays); with them the
-    weights are amplified as far as the samples' accumulator ranges allow.
+    weights are amplified as far as the samples' accumulator ranges allow, then rounded to keep
+    the layers' outputs on the samples close to the float ones.
     """
     hir = lower(graph, arch.array_size)
     if calibration:
-        hir = amplify_weights(hir, arch, calibrate(hir, calibration))
+        ranges = calibrate(hir, calibration, arch.data_type)
+        hir = amplify_weights(hir, arch, ranges)
+        hir = round_weights(hir, arch, {i: r.gram for i, r in ranges.items() if r.gram is not None})
     lir = schedule(hir, arch, strategy, progress)
     lir = roll_up_program(lir, arch)
     artifacts = build_artifacts(name, arch, hir, lir, listing)

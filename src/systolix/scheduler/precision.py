@@ -35,6 +35,7 @@ from systolix.arch import Architecture
 from systolix.numerics import DataType
 from systolix.scheduler.hir import ConvInput, ConvLayer, HirProgram, PostOp
 from systolix.scheduler.reference import evaluate
+from systolix.scheduler.rounding import GRAM_BUDGET, accumulate_gram, gram_size
 
 # Other inputs reach further than the calibration samples did. Sums stay 2.5x below the limit
 # of their channel's calibrated peak and 1.5x below their layer's (and k is rounded down): a few
@@ -60,19 +61,45 @@ class LayerRange:
     bound: np.ndarray  # per output channel, sum_i |w_i| * max|input| + |bias|: no input under the
     # samples' largest value can take a sum past it
     observations: int  # values behind each channel's peak (samples x output pixels)
+    gram: np.ndarray | None = None  # its inputs' sum of x x^T (systolix.scheduler.rounding)
 
 
-def calibrate(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]]) -> dict[int, LayerRange]:
+def calibrate(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: DataType | None = None) -> dict[int, LayerRange]:
     """Per conv layer (index into ``hir.layers``) its ``LayerRange`` over ``samples`` (dicts of
-    ONNX-shaped inputs), from the IR run in float."""
+    ONNX-shaped inputs), from the IR run in float. Given the ``dtype`` the weights will be
+    stored in, also the Gram matrices ``round_weights`` needs, of every layer it would change."""
     peaks: dict[int, np.ndarray] = {}
     inputs: dict[int, list[float]] = {}
+    # The Gram matrices of a large model do not all fit in memory at once: as many layers as
+    # GRAM_BUDGET holds ride along with the range-finding runs, the rest take more runs.
+    wanted = [i for i, layer in enumerate(hir.layers) if dtype is not None and dtype.is_fixed
+              and isinstance(layer, ConvLayer) and not _exact(layer, dtype) and gram_size(layer, len(samples))]
+    groups: list[list[int]] = []
+    used = GRAM_BUDGET
+    for i in wanted:
+        size = gram_size(hir.layers[i], len(samples))
+        if used + size > GRAM_BUDGET:
+            groups.append([])
+            used = 0
+        groups[-1].append(i)
+        used += size
+    grams: dict[int, np.ndarray] = {}
+
+    def add_grams(ev, group: list[int]) -> None:
+        for i in group:
+            grams[i], _ = accumulate_gram(hir.layers[i], ev, grams.get(i))
+
     for feeds in samples:
         ev = evaluate(hir, feeds)
         for index, peak in ev.accumulator_max.items():
             peaks[index] = peak if index not in peaks else np.maximum(peaks[index], peak)
             seen = [float(np.max(np.abs(ev.read(inp.act)), initial=0.0)) for inp in hir.layers[index].inputs]
             inputs[index] = seen if index not in inputs else [max(a, b) for a, b in zip(inputs[index], seen)]
+        if groups:
+            add_grams(ev, groups[0])
+    for group in groups[1:]:
+        for feeds in samples:
+            add_grams(evaluate(hir, feeds), group)
     ranges = {}
     for index, peak in peaks.items():
         layer = hir.layers[index]
@@ -80,7 +107,7 @@ def calibrate(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]]) -> dict
         for inp, xmax in zip(layer.inputs, inputs[index]):
             w = inp.coefficients
             bound = bound + np.sum(np.abs(w.reshape(w.shape[0], -1)), axis=1) * xmax
-        ranges[index] = LayerRange(peak, bound, len(samples) * layer.output.P)
+        ranges[index] = LayerRange(peak, bound, len(samples) * layer.output.P, grams.get(index))
     return ranges
 
 

@@ -76,7 +76,7 @@ def output_onnx(hir: HirProgram, name: str, value: np.ndarray) -> np.ndarray:
     return value.reshape(-1)[canonical_elements(shape).reshape(-1)].reshape(shape)
 
 
-def _taps(x: np.ndarray, OH: int, OW: int, kernel, stride, dilation, pads, fill: float):
+def taps(x: np.ndarray, OH: int, OW: int, kernel, stride, dilation, pads, fill: float):
     """Yield ``(kh, kw, window)``: the input under tap ``(kh, kw)`` for every output pixel."""
     C, H, W = x.shape
     KH, KW = kernel
@@ -101,7 +101,7 @@ def _conv(ev: Evaluation, layer: ConvLayer, index: int) -> np.ndarray:
     peak = np.abs(acc[:, 0]) if acc.size else np.zeros(out.C)
     for inp in layer.inputs:
         x = ev.read(inp.act)
-        for kh, kw, window in _taps(x, out.H, out.W, layer.kernel, layer.stride, layer.dilation, layer.pads, 0.0):
+        for kh, kw, window in taps(x, out.H, out.W, layer.kernel, layer.stride, layer.dilation, layer.pads, 0.0):
             window = window.reshape(x.shape[0], -1)
             if inp.weights is None:
                 acc += inp.diagonal[:, kh, kw].astype(np.float64)[:, None] * window
@@ -146,7 +146,7 @@ def _maxpool(ev: Evaluation, layer: MaxPoolLayer) -> np.ndarray:
     x = ev.read(layer.input)
     out = layer.output
     result = np.full((out.C, out.H, out.W), -np.inf)
-    for _, _, window in _taps(x, out.H, out.W, layer.kernel, layer.stride, layer.dilation, layer.pads, -np.inf):
+    for _, _, window in taps(x, out.H, out.W, layer.kernel, layer.stride, layer.dilation, layer.pads, -np.inf):
         result = np.maximum(result, window)
     return result
 

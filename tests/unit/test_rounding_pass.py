@@ -1,0 +1,130 @@
+"""The calibrated weight rounding pass (GPTQ's error feedback): the IR before and the IR expected
+after, weights on the fixed-point grid, and a smaller output error than rounding each weight to
+nearest (NumPy's float products as the reference)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from systolix.arch import get_architecture
+from systolix.frontend import to_graph
+from systolix.scheduler import ConvLayer, lower
+from systolix.scheduler.hir import Activation, ConvInput, HirProgram
+from systolix.scheduler.precision import calibrate
+from systolix.scheduler.reference import run_reference
+from systolix.scheduler.rounding import OBSERVATIONS_PER_WEIGHT, gptq, gptq_diagonal, on_grid, round_weights
+from tests.onnx_builders import conv_bn_relu
+
+ARCH = get_architecture("pynqz1")  # FP16BP8: one step is 2^-8
+LSB = 2.0 ** -8
+nearest = on_grid(ARCH.data_type)
+
+
+def pixels_layer(c_in: int, c_out: int, side: int, weights, bias) -> HirProgram:
+    """One 1x1 conv over a ``side`` x ``side`` image (enough pixels for a Gram matrix)."""
+    x = Activation("x", c_in, side, side, 8)
+    y = Activation("y", c_out, side, side, 8)
+    layer = ConvLayer("conv", [ConvInput(x, weights=np.asarray(weights, np.float32)[:, :, None, None])], y,
+                      np.asarray(bias, np.float32), (1, 1))
+    return HirProgram("m", 8, [layer], {"x": x}, {"y": y}, {"x": (1, c_in, side, side)}, {"y": (1, c_out, side, side)})
+
+
+def test_an_error_is_carried_to_the_weight_that_reads_the_same_input():
+    # Channels 0 and 1 always carry the same value: rounding 0.4 LSB and 0.4 LSB to nearest
+    # drops 0.8 LSB of every output; GPTQ rounds the first down and the second (now 0.8) up.
+    before = pixels_layer(2, 1, 6, [[0.4 * LSB, 0.4 * LSB]], [0.0])
+    rng = np.random.default_rng(0)
+    samples = []
+    for _ in range(4):
+        v = rng.normal(size=(1, 1, 6, 6)).astype(np.float32)
+        samples.append({"x": np.concatenate([v, v], axis=1)})
+    ranges = calibrate(before, samples, ARCH.data_type)
+    after = round_weights(before, ARCH, {0: ranges[0].gram})
+    np.testing.assert_array_equal(after.layers[0].inputs[0].weights[:, :, 0, 0], np.float32([[0.0, LSB]]))
+    np.testing.assert_array_equal(after.layers[0].bias, np.float32([0.0]))
+    # The IR before is untouched (passes are functions), and so is everything but the numbers.
+    assert before.layers[0].inputs[0].weights[0, 1, 0, 0] == np.float32(0.4 * LSB)
+    assert after.layers[0].output is before.layers[0].output and after.inputs == before.inputs
+
+
+def test_uncorrelated_inputs_round_to_nearest():
+    # A diagonal Gram matrix gives every weight nothing to compensate: plain rounding.
+    w = np.array([[0.3, -0.7, 1.2], [2.6, 0.5, -0.4]]) * LSB
+    np.testing.assert_array_equal(gptq(w, np.diag([1.0, 2.0, 3.0]), nearest), nearest(w))
+
+
+def test_gptq_beats_round_to_nearest_on_correlated_inputs():
+    # 200 random rows reading smooth (strongly correlated) inputs: GPTQ's output error over the
+    # inputs it was fitted on and over fresh ones, against rounding each weight to nearest.
+    rng = np.random.default_rng(1)
+    K, n = 9, 2000
+
+    def smooth(count):
+        base = rng.normal(size=(count, 1))
+        return base + 0.2 * rng.normal(size=(count, K))  # every input near the same value
+
+    fit, fresh = smooth(n), smooth(n)
+    w = rng.normal(0, 4 * LSB, size=(200, K))
+    q = gptq(w, fit.T @ fit, nearest)
+    assert np.array_equal(q, nearest(q)), "every weight on the grid"
+    assert np.max(np.abs(q - w)) < 2 * LSB
+    for x in (fit, fresh):
+        ours = np.mean(((w - q) @ x.T) ** 2)
+        plain = np.mean(((w - nearest(w)) @ x.T) ** 2)
+        assert ours < 0.3 * plain, (ours, plain)
+
+
+def test_per_channel_layers_use_each_channel_s_own_inputs():
+    # Two channels, three taps: channel 0's taps see one shared value, channel 1's independent
+    # ones. Channel 0's errors cancel, channel 1 is rounded plainly.
+    rng = np.random.default_rng(2)
+    shared = rng.normal(size=(1, 500))
+    x0 = np.repeat(shared, 3, axis=0)
+    x1 = rng.normal(size=(3, 500))
+    gram = np.stack([x0 @ x0.T, x1 @ x1.T])
+    w = np.array([[0.4, 0.4, 0.4], [0.4, 0.4, 0.4]]) * LSB
+    q = gptq_diagonal(w, gram, nearest)
+    assert abs(np.sum(q[0] - w[0])) <= 0.5 * LSB  # sum 1.2 LSB kept to the nearest step
+    np.testing.assert_array_equal(q[1], np.zeros(3))
+
+
+def test_a_gemm_with_few_samples_is_left_to_plain_rounding():
+    # One input vector per sample: 4 samples cannot describe 3 inputs and a bias well enough.
+    layer = pixels_layer(3, 2, 1, np.ones((2, 3)) * 0.3 * LSB, [0.0, 0.0])
+    samples = [{"x": np.ones((1, 3, 1, 1), np.float32)} for _ in range(4)]
+    assert 4 < OBSERVATIONS_PER_WEIGHT * 4
+    assert calibrate(layer, samples, ARCH.data_type)[0].gram is None
+
+
+def test_rounded_conv_layer_errs_less_than_plain_rounding_on_other_inputs():
+    # A 3x3 conv + batch norm + ReLU on smooth, image-like inputs: the rounded IR in float
+    # against the float IR, on inputs that were not the calibration samples.
+    m, _ = conv_bn_relu(cin=5, cout=17, h=12, w=12)
+    hir = lower(to_graph(m), 8)
+    rng = np.random.default_rng(3)
+
+    def image():
+        coarse = rng.normal(size=(1, 5, 4, 4))
+        return {"x": np.kron(coarse, np.ones((1, 1, 3, 3))).astype(np.float32) + 0.1 * rng.normal(size=(1, 5, 12, 12)).astype(np.float32)}
+
+    ranges = calibrate(hir, [image() for _ in range(8)], ARCH.data_type)
+    grams = {i: r.gram for i, r in ranges.items() if r.gram is not None}
+    assert grams, "the conv layer has enough pixels for a Gram matrix"
+    rounded = round_weights(hir, ARCH, grams)
+    plain_layers = []
+    for layer in hir.layers:
+        if isinstance(layer, ConvLayer):
+            inputs = [ConvInput(i.act, weights=nearest(i.weights).astype(np.float32)) for i in layer.inputs]
+            layer = type(layer)(**{**layer.__dict__, "inputs": inputs, "bias": nearest(layer.bias).astype(np.float32)})
+        plain_layers.append(layer)
+    plain = HirProgram(**{**hir.__dict__, "layers": plain_layers})
+    for layer in rounded.layers:
+        for inp in layer.inputs:
+            assert np.array_equal(inp.weights, nearest(inp.weights))
+    ours = plain_err = 0.0
+    for _ in range(10):
+        x = image()
+        ref = run_reference(hir, x)["y"]
+        ours += float(np.mean((run_reference(rounded, x)["y"] - ref) ** 2))
+        plain_err += float(np.mean((run_reference(plain, x)["y"] - ref) ** 2))
+    assert ours < 0.7 * plain_err, (ours, plain_err)
