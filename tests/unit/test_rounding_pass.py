@@ -128,3 +128,15 @@ def test_rounded_conv_layer_errs_less_than_plain_rounding_on_other_inputs():
         ours += float(np.mean((run_reference(rounded, x)["y"] - ref) ** 2))
         plain_err += float(np.mean((run_reference(plain, x)["y"] - ref) ** 2))
     assert ours < 0.7 * plain_err, (ours, plain_err)
+
+
+def test_an_average_pool_keeps_one_weight_for_every_tap():
+    # Every tap of a 3x3 average pool has the weight 1/9, one block the schedule loads once:
+    # rounding the taps differently would load the array nine times.
+    x = Activation("x", 4, 6, 6, 8)
+    y = Activation("y", 4, 4, 4, 8)
+    pool = ConvLayer("pool", [ConvInput(x, diagonal=np.full((4, 3, 3), 1 / 9, np.float32))], y, np.zeros(4, np.float32), (3, 3))
+    hir = HirProgram("m", 8, [pool], {"x": x}, {"y": y}, {"x": (1, 4, 6, 6)}, {"y": (1, 4, 4, 4)})
+    rng = np.random.default_rng(4)
+    samples = [{"x": rng.normal(size=(1, 4, 6, 6)).astype(np.float32)} for _ in range(16)]
+    assert calibrate(hir, samples, ARCH.data_type)[0].gram is None

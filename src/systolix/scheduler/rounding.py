@@ -56,7 +56,13 @@ def _columns(layer: ConvLayer, ev) -> list[np.ndarray]:
 
 def _kind(layer: ConvLayer) -> str | None:
     """``dense`` (every input has dense weights), ``diagonal`` (one input, per-channel weights) or
-    None (a mix, rounded to nearest)."""
+    None (rounded to nearest: a mix of both, or a window whose taps all have the same weights,
+    an average pool, which the schedule stores and loads once for every tap; rounding its taps
+    differently would load the array once per tap)."""
+    for inp in layer.inputs:
+        c = inp.coefficients
+        if c.shape[-2] * c.shape[-1] > 1 and np.array_equal(c, np.broadcast_to(c[..., :1, :1], c.shape)):
+            return None
     if all(inp.weights is not None for inp in layer.inputs):
         return "dense"
     if len(layer.inputs) == 1:
