@@ -72,12 +72,13 @@ def calibrate(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: 
     inputs: dict[int, list[float]] = {}
     # The Gram matrices of a large model do not all fit in memory at once: as many layers as
     # GRAM_BUDGET holds ride along with the range-finding runs, the rest take more runs.
-    wanted = [i for i, layer in enumerate(hir.layers) if dtype is not None and dtype.is_fixed
-              and isinstance(layer, ConvLayer) and not _exact(layer, dtype) and gram_size(layer, len(samples))]
+    sizes = {i: gram_size(layer, len(samples)) for i, layer in enumerate(hir.layers)
+             if dtype is not None and dtype.is_fixed and isinstance(layer, ConvLayer) and not _exact(layer, dtype)}
     groups: list[list[int]] = []
     used = GRAM_BUDGET
-    for i in wanted:
-        size = gram_size(hir.layers[i], len(samples))
+    for i, size in sizes.items():
+        if not size:
+            continue
         if used + size > GRAM_BUDGET:
             groups.append([])
             used = 0
@@ -87,7 +88,7 @@ def calibrate(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: 
 
     def add_grams(ev, group: list[int]) -> None:
         for i in group:
-            grams[i], _ = accumulate_gram(hir.layers[i], ev, grams.get(i))
+            grams[i] = accumulate_gram(hir.layers[i], ev, grams.get(i))
 
     for feeds in samples:
         ev = evaluate(hir, feeds)

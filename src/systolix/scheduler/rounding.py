@@ -85,28 +85,26 @@ def gram_size(layer: ConvLayer, samples: int) -> int:
     return k * k if kind == "dense" else layer.output.C * k * k
 
 
-def accumulate_gram(layer: ConvLayer, ev, gram: np.ndarray | None) -> tuple[np.ndarray, int]:
+def accumulate_gram(layer: ConvLayer, ev, gram: np.ndarray | None) -> np.ndarray:
     """``gram`` plus this sample's ``sum x x^T`` over output pixels (with the constant-1 bias
-    input last); returns it and the number of pixels added."""
+    input last), for a layer ``gram_size`` admits (dense if its inputs have dense weights)."""
     cols = _columns(layer, ev)
     pixels = layer.output.H * layer.output.W
-    if _kind(layer) == "dense":
+    if layer.inputs[0].weights is not None:
         x = np.concatenate([c.reshape(-1, pixels) for c in cols] + [np.ones((1, pixels))], axis=0)
         add = x @ x.T
     else:
         c = cols[0]
         x = np.concatenate([c, np.ones((c.shape[0], 1, pixels))], axis=1)
         add = np.einsum("ctp,cup->ctu", x, x)
-    return (add if gram is None else gram + add), pixels
+    return add if gram is None else gram + add
 
 
 def _inverse_factor(h: np.ndarray) -> np.ndarray:
     """Upper Cholesky factor of ``H^-1`` (batched over leading axes), with ``DAMPING`` of ridge;
     an input that never varies (a dead channel) gets a unit diagonal so it is rounded plainly."""
-    h = h.copy()
-    diag = np.diagonal(h, axis1=-2, axis2=-1)
     eye = np.eye(h.shape[-1])
-    dead = diag <= 0
+    dead = np.diagonal(h, axis1=-2, axis2=-1) <= 0
     h = h + dead[..., None, :] * eye
     diag = np.diagonal(h, axis1=-2, axis2=-1)
     damping = DAMPING
@@ -173,7 +171,7 @@ def round_weights(hir: HirProgram, arch: Architecture, grams: dict[int, np.ndarr
     for index, gram in grams.items():
         layer = layers[index]
         bias = np.asarray(layer.bias, np.float64)[:, None]
-        if _kind(layer) == "dense":
+        if layer.inputs[0].weights is not None:
             flat = [inp.weights.reshape(inp.weights.shape[0], -1) for inp in layer.inputs]
             rounded = gptq(np.concatenate(flat + [bias], axis=1), gram, quantize)
             inputs, start = [], 0
