@@ -123,3 +123,21 @@ def test_calibrated_compile_has_smaller_error_on_the_emulator():
     # Gains of 2^3 to 2^4 here: the weights' and products' rounding shrinks 8-16x, leaving the
     # one rounding of the result (measured: 10x less error); at least 3x less.
     assert err_cal * 3 < err_plain, (err_cal, err_plain)
+
+
+def test_many_samples_set_the_peak_that_32_typically_reach_and_none_saturates():
+    # One dense layer y = 1 * x: each sample's accumulator peak is its own |x|.
+    hir = one_layer([[1.0, 0.0]], [0.0], [PostOp("mul", values=np.float32([0.5]))])
+    xs = np.arange(1.0, 65.0) / 16  # 64 samples, peaks 1/16 .. 4
+    samples = [{"x": np.float32([[x, 0.0]])} for x in xs]
+    seen = calibrate(hir, samples)[0]
+    # 64 samples = 2 x 32: the second largest of the samples' peaks, not the largest.
+    np.testing.assert_allclose(seen.peak, [63 / 16])
+    np.testing.assert_allclose(seen.largest, [4.0])
+    assert seen.observations == 32
+    assert calibrate(hir, samples[:32])[0].peak.tolist() == [2.0]  # up to 32: the largest
+    # Every sample keeps its sums in range even when the headroom on the typical peak would not.
+    spread = [{"x": np.float32([[x, 0.0]])} for x in [0.5] * 63 + [100.0]]
+    outlier = calibrate(hir, spread)[0]
+    assert outlier.peak.tolist() == [0.5] and outlier.largest.tolist() == [100.0]
+    assert channel_gains(hir.layers[0], outlier, ARCH.data_type).tolist() == [0]
