@@ -3,8 +3,8 @@
     .venv/bin/python scripts/agreement.py [--inputs 1000] [--model resnet20v2 ...] [--arch zcu104 ...] [--plain]
 
 Inputs are the models' example inputs, seeds 0 to N-1; calibration samples are seeds 1000 on
-(32 of them), as in the tests. For each model the first row is FP16BP8's own limit:
-onnxruntime's logits rounded to the output format. Takes about 90 s per model and array on two
+(128 of them), as in the tests. For each model the first row is FP16BP8's own limit:
+onnxruntime's logits rounded to the output format. Takes 30 to 90 s per model and array on two
 cores for 1,000 inputs (MobileNet, ResNet-20); the MLP takes seconds.
 """
 
@@ -31,7 +31,7 @@ LSB = 2.0 ** -8
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inputs", type=int, default=1000)
-    parser.add_argument("--samples", type=int, default=32, help="calibration samples")
+    parser.add_argument("--samples", type=int, default=128, help="calibration samples")
     parser.add_argument("--model", action="append", choices=CLASSIFIERS)
     parser.add_argument("--arch", action="append", choices=ARCHS)
     parser.add_argument("--plain", action="store_true", help="also compile without calibration data")
@@ -60,7 +60,7 @@ def main() -> None:
                     compiled = compile_model(model, arch, calibration=samples)
                     with warnings.catch_warnings(record=True) as caught:
                         warnings.simplefilter("always", SaturationWarning)
-                        got = next(iter(compiled.run(batch).values())).reshape(len(items), -1)
+                        got = next(iter(compiled.run(batch, threads=2).values())).reshape(len(items), -1)
                 saturated = sum(1 for w in caught if issubclass(w.category, SaturationWarning))
                 err = (got - ref) / LSB
                 worst = np.max(np.abs(err), axis=1)

@@ -26,14 +26,19 @@ ARCHS = ["pynqz1", "ultra96v2", "zcu104"]
 RAW_AGREEMENT = 0.93
 TIE_MARGIN = 0.1
 # Calibrated compiles amplify the weights (systolix.scheduler.precision) on samples that are
-# never test inputs (seeds 1000 on; the test inputs are seeds 0 to 99) and round them to fit the
-# samples (GPTQ). Their errors are 3.9-6x smaller (mean of each input's largest: 1.7 LSB MLP,
-# 2.5 ResNet-20, 5.1 MobileNet) and they agree on 98-99% (ResNet-20: its misses have top-2
-# margins of 1.0 and 0.4 LSB, ties at the output's own resolution), 99% (MobileNet) and 99%
-# (MLP) of all 100. scripts/agreement.py measures 1,000 inputs.
-CALIBRATION_SAMPLES = 32
+# never test inputs (seeds 1000 on; the test inputs are seeds 0 to 999) and round them to fit the
+# samples (GPTQ). Their errors are 4-5x smaller than plain compiles' and they agree on 98%
+# (ResNet-20 on zcu104: two misses, top-2 margins of 0.4 and 0.5 LSB, ties at the output's own
+# resolution) to 100% of the first 100 inputs; the issue's 99% is held on all 1,000 (slow test
+# below; 99.2 to 99.7% measured).
+CALIBRATION_SAMPLES = 128
 CALIBRATED_TIE = TIE_MARGIN / 2
 CALIBRATED_AGREEMENT = 0.98
+AGREEMENT_INPUTS = 1000
+REQUIRED_AGREEMENT = 0.99
+# On 1,000 inputs one ResNet-20 input, far darker than any calibration sample, saturates (its
+# logits reach 4.8x the samples' largest); a calibrated compile assumes inputs like its samples.
+SATURATING_SHARE = 0.002
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,6 +65,22 @@ def batch_of(model, count: int, seed: int = 0):
 
 def calibration_of(model):
     return [M.example_inputs(model, seed=1000 + k) for k in range(CALIBRATION_SAMPLES)]
+
+
+@functools.lru_cache(maxsize=None)
+def calibrated_compile(name: str, arch: str):
+    """``name`` compiled for ``arch`` with the calibration samples (shared by the tests)."""
+    model = built(name)
+    return compile_model(model, arch, calibration=calibration_of(model))
+
+
+@functools.lru_cache(maxsize=None)
+def many_inputs(name: str):
+    """AGREEMENT_INPUTS example inputs stacked on a batch axis, with onnxruntime's output and
+    the derived bound for each (the same on every array)."""
+    model = built(name)
+    batch, items = batch_of(model, AGREEMENT_INPUTS)
+    return batch, references(name, model, items)
 
 
 def references(name, model, items):
@@ -97,7 +118,7 @@ def test_classifier_matches_onnxruntime(name, arch, capsys):
     plain = compile_model(model, arch)
     assert not plain.summary.host_nodes
     raw, agree, decided, plain_err, plain_worst = agreement(plain, batch, refs, TIE_MARGIN)
-    calibrated = compile_model(model, arch, calibration=calibration_of(model))
+    calibrated = calibrated_compile(name, arch)
     assert calibrated.summary.gains
     cal_raw, cal_agree, cal_decided, cal_err, cal_worst = agreement(calibrated, batch, refs, CALIBRATED_TIE)
     with capsys.disabled():
@@ -110,6 +131,31 @@ def test_classifier_matches_onnxruntime(name, arch, capsys):
     assert raw >= RAW_AGREEMENT, f"plain: same class on {raw:.1%} of all inputs"
     assert cal_raw >= max(raw, CALIBRATED_AGREEMENT), f"calibrated: same class on {cal_raw:.1%} of all inputs (plain {raw:.1%})"
     assert cal_err * 2 < plain_err, f"calibration should at least halve the error: {cal_err:.4f} vs {plain_err:.4f}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", ["mlp", "mobilenetv2_block", "resnet20v2"])
+def test_calibrated_classifier_picks_the_same_class_on_99_percent_of_1000_inputs(name, arch, capsys):
+    batch, refs = many_inputs(name)
+    run = calibrated_compile(name, arch).run_detailed(batch, threads=2)
+    got = next(iter(run.outputs.values())).reshape(len(refs), -1)
+    saturated = run.result.saturations_per_item.sum(axis=1) > 0
+    misses, over = [], []
+    for k, (ref, bound) in enumerate(refs):
+        if np.max(np.abs(got[k] - ref)) > bound and not saturated[k]:
+            over.append(k)
+        if np.argmax(got[k]) != np.argmax(ref):
+            top2 = np.sort(ref)[-2:]
+            misses.append(float(top2[1] - top2[0]))
+    same = 1 - len(misses) / len(refs)
+    with capsys.disabled():
+        print(f"\n{name} on {arch}, calibrated: same class on {same:.1%} of {len(refs):,} inputs; misses' top-2 "
+              f"margins (LSB) {', '.join(f'{m * 256:.1f}' for m in sorted(misses))}; {int(saturated.sum())} saturated")
+    assert not over, f"inputs {over[:10]} are outside the bound and did not saturate"
+    assert saturated.mean() <= SATURATING_SHARE, f"{int(saturated.sum())} of {len(refs)} inputs saturated"
+    assert same >= REQUIRED_AGREEMENT, f"same class on {same:.2%} of {len(refs)} inputs"
+    assert max(misses, default=0.0) < CALIBRATED_TIE, f"a miss with a top-2 margin of {max(misses):.4f}"
 
 
 @pytest.mark.slow

@@ -102,7 +102,8 @@ def compile_command(
     name: str = typer.Option(None, "--name", help="Base name of the output files (default: MODEL_NxN)."),
     calibrate: Path = typer.Option(None, "--calibrate", "-c",
                                    help="Sample inputs (.npz, arrays named as the model's inputs, samples stacked on a leading "
-                                        "axis): amplify each layer's weights as far as their accumulator ranges allow."),
+                                        "axis; a hundred or more, like the data the model will see): amplify each layer's "
+                                        "weights as far as their accumulator ranges allow."),
     no_split: bool = typer.Option(False, "--no-split",
                                   help="Fail when the constants exceed DRAM1 instead of cutting the model into programs run in a row."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the path of the written .tmodel."),
