@@ -141,3 +141,89 @@ def test_many_samples_set_the_peak_that_32_typically_reach_and_none_saturates():
     outlier = calibrate(hir, spread)[0]
     assert outlier.peak.tolist() == [0.5] and outlier.largest.tolist() == [100.0]
     assert channel_gains(hir.layers[0], outlier, ARCH.data_type).tolist() == [0]
+
+
+def global_pool(channels: int = 2, h: int = 7, w: int = 9):
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["y"])]
+    return make_model(nodes, [("x", [1, channels, h, w])], [("y", None)])
+
+
+def test_a_pool_whose_samples_would_saturate_gets_a_negative_gain_undone_in_its_last_multiply():
+    before = lower(to_graph(global_pool()), 8)
+    pool = before.layers[0]
+    # 63 taps: weights 2^-3 (the sum holds 7.9x the mean), then x 64/63 and x 2^-3.
+    np.testing.assert_array_equal(pool.inputs[0].diagonal, np.full((2, 7, 9), 0.125, np.float32))
+    assert [(p.kind, float(p.values[0])) for p in pool.post_ops] == [("mul", np.float32(64 / 63)), ("mul", 0.125)]
+    assert pool.scaling_ops == 2
+    # Channel 0 is 40 everywhere (its sum would reach 315, and 320 after x 64/63), channel 1 is 1.
+    x = np.concatenate([np.full((1, 1, 7, 9), 40.0), np.ones((1, 1, 7, 9))], axis=1).astype(np.float32)
+    seen = calibrate(before, [{"x": x}])[0]
+    np.testing.assert_allclose(seen.largest, [320.0, 8.0])
+    after = amplify_weights(before, ARCH, {0: seen})
+    # Channel 0: 320 with 1.5x headroom is 480 -> 2^-2 (its sums now peak at 80); channel 1 fits.
+    assert after.gains["GlobalAveragePool_0"].tolist() == [-2, 0]
+    layer = after.layers[0]
+    np.testing.assert_array_equal(layer.inputs[0].diagonal[:, 0, 0], np.float32([2 ** -5, 2 ** -3]))
+    # The undo (x 4) joins the pool's own x 2^-3: one rounding, and no extra SIMD multiply.
+    assert [p.kind for p in layer.post_ops] == ["mul", "mul"] and GAIN_NODE not in [p.node for p in layer.post_ops]
+    np.testing.assert_array_equal(layer.post_ops[1].values, np.float32([0.5, 0.125]))
+    np.testing.assert_allclose(run_reference(after, {"x": x})["y"].reshape(-1), [40.0, 1.0], rtol=1e-6)
+
+
+def test_a_positive_pool_gain_is_undone_after_the_pools_own_multiplies():
+    before = lower(to_graph(global_pool()), 8)
+    x = np.full((1, 2, 7, 9), 0.05, np.float32)
+    after = amplify_weights(before, ARCH, {0: calibrate(before, [{"x": x}])[0]})
+    gains = after.gains["GlobalAveragePool_0"]
+    assert gains.min() >= 3  # 2^-3 * 2^3 = 2^-6 no longer fits in a merged 2^-(3+k) multiply
+    layer = after.layers[0]
+    assert [p.node for p in layer.post_ops] == ["GlobalAveragePool_0", "GlobalAveragePool_0", GAIN_NODE]
+    np.testing.assert_array_equal(layer.post_ops[2].values, (2.0 ** -gains).astype(np.float32))
+    np.testing.assert_allclose(run_reference(after, {"x": x})["y"], run_reference(before, {"x": x})["y"], rtol=1e-6)
+
+
+def _pool_error_bound(layer, mean: np.ndarray) -> np.ndarray:
+    """Worst case |error| of a compiled average pool's output ``mean`` [C, P], in FP16BP8: its
+    inputs' rounding, each product's (0.5 LSB at the sum's scale, times every multiply after),
+    each multiply's result rounding, and each multiplier stored to 2^-8 (relative error)."""
+    lsb = 2.0 ** -8
+    ops = [np.broadcast_to(np.asarray(p.values, np.float64).reshape((-1, 1) if p.kind == "mul" else (1, -1)), mean.shape)
+           for p in layer.post_ops]
+    after = [np.prod(ops[j + 1:], axis=0) if j + 1 < len(ops) else np.ones(mean.shape) for j in range(len(ops))]
+    scale = float(np.max(layer.inputs[0].diagonal))  # 2^-s: the sum holds the inputs times it
+    # count products of 0.5 LSB each, times the multiplies' product 1 / (count * scale)
+    bound = np.full(mean.shape, 0.5 * lsb + 0.5 * lsb / scale)
+    for v, rest in zip(ops, after):
+        bound = bound + 0.5 * lsb * rest + np.abs(np.round(v / lsb) * lsb / v - 1) * np.abs(mean)
+    return bound
+
+
+@pytest.mark.parametrize("kind", ["GlobalAveragePool", "AveragePool"])
+def test_calibrated_pools_of_large_values_do_not_saturate_on_the_emulator(kind):
+    import warnings
+
+    import onnxruntime as ort
+
+    from systolix.compiler import compile_model
+    from systolix.runtime import SaturationWarning
+
+    attrs = {} if kind == "GlobalAveragePool" else {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2], "count_include_pad": 0}
+    m = make_model([helper.make_node(kind, ["x"], ["y"], **attrs)], [("x", [1, 5, 7, 9])], [("y", None)])
+    rng = np.random.default_rng(4)
+
+    def sample():  # means of 40 and more: the plain pool's sums hold 4 to 8x that, past 128
+        return (40 + 3 * np.arange(5)[None, :, None, None] + rng.normal(0, 3, (1, 5, 7, 9))).astype(np.float32)
+
+    test = {"x": sample()}
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, test)[0]
+    with pytest.warns(SaturationWarning):
+        compile_model(m, ARCH).run(test)
+    calibrated = compile_model(m, ARCH, calibration=[{"x": sample()} for _ in range(16)])
+    assert calibrated.summary.gains[f"{kind}_0"].max() < 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SaturationWarning)
+        ours = calibrated.run(test)["y"]
+    layer = calibrated.summary.segments[0].result.hir.layers[0]
+    bound = _pool_error_bound(layer, ref.reshape(5, -1).astype(np.float64))
+    err = np.abs(ours - ref).reshape(5, -1)
+    assert np.all(err <= bound), f"largest error {err.max() * 256:.1f} LSB, bound there {bound.flat[np.argmax(err)] * 256:.1f}"

@@ -69,7 +69,7 @@ def summary_tables(summary) -> list[Table]:
         row = [str(k), r.name, "+".join(r.ops), f"{r.end - r.first:,}", str(r.stages), str(r.partitions), f"{r.macs:,}"]
         if summary.calibration_samples:
             g = summary.gains.get(r.name)
-            row.append("" if g is None else (f"2^{int(g.min())}" if g.min() == g.max() else f"2^{int(g.min())}-{int(g.max())}"))
+            row.append("" if g is None else (f"2^{int(g.min())}" if g.min() == g.max() else f"2^{int(g.min())}..2^{int(g.max())}"))
         layers.add_row(*row)
 
     where = Table(title="Where the nodes run")

@@ -145,6 +145,8 @@ class ConvLayer:
     ops: list[str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
     macs: int = 0
+    scaling_ops: int = 0  # leading post ops that scale the sum into the output's range (an
+    # average pool's 1/count); a calibrated gain is undone after them, not before
 
     kind = "conv"
 

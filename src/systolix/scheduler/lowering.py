@@ -694,7 +694,9 @@ class Lowering:
 
     def average(self, node: Node, x: Activation, k, stride, dil, pads, OH, OW, include_pad: bool, op: str) -> None:
         # Sum with weights 2^-shift (exact scaling; keeps the running sum in range), then multiply
-        # by 2^shift / count in two SIMD steps so the multiplier keeps 9 significant bits.
+        # by 2^shift / count in two SIMD steps so the multiplier keeps 9 significant bits. The
+        # accumulators hold 4 to 8x the mean, so a mean past 16 saturates; calibration lowers the
+        # weights further for such data (negative gains, systolix.scheduler.precision).
         window = k[0] * k[1]
         shift = max(0, int(math.floor(math.log2(window))) - 2)
         w = np.full((x.C, k[0], k[1]), 2.0 ** -shift, np.float32)
@@ -711,7 +713,7 @@ class Lowering:
         if m:
             post.append(PostOp("mul", values=np.full(x.C, 2.0 ** -m, np.float32), node=node.name))
         layer = ConvLayer(node.name, [ConvInput(x, diagonal=w)], out, np.zeros(x.C, np.float32), k, stride, dil, pads,
-                          post_ops=post, ops=[op], nodes=[node.name])
+                          post_ops=post, ops=[op], nodes=[node.name], scaling_ops=len(post))
         self.add_layer(layer, node, None)
         self.bind(node.outputs[0], out)
 

@@ -18,6 +18,12 @@ per layer and output channel, the largest partial or final sum (of 32 samples: s
 largest ``k_c`` that keeps it a margin below saturation (other inputs may reach further). Without calibration data nothing is amplified and the program is what Tensil's
 compiler would make of the layers.
 
+An average pool sums its window with weights ``2^-shift`` and scales the sum to the mean with its
+own multiplies (``ConvLayer.scaling_ops``), so its accumulators hold 4 to 8x the mean: a mean past
+16 would saturate. Its weights are powers of two, so a negative ``k_c`` is exact too: the pool's
+gain may go below zero when the samples' sums (times the pool's own multipliers) need the room,
+and it is undone after those multipliers, where the value is back to the mean's scale.
+
 Scaling the stored tensors too (per-tensor binary points) was tried and measured worse: the
 accumulator's few bits of headroom are better spent on the weights, whose rounding dominates
 (``K * E[x^2]`` LSB^2 per sum against one LSB^2 for storing the result).
@@ -142,6 +148,7 @@ def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.nda
     allow, at most the binary point (``2^-bp`` is the type's smallest step)."""
     top = dtype.binary_point
     expected = np.maximum(seen.peak * CHANNEL_HEADROOM, float(np.max(seen.peak, initial=0.0)) * LAYER_HEADROOM)
+
     if seen.observations < FEW_OBSERVATIONS and all(inp.weights is None for inp in layer.inputs):
         # A global pool: one value per sample and channel, with a heavy tail (on ResNet-20 one
         # channel went 3.4x past the largest of all channels over 16 samples): assume 4x more,
@@ -158,12 +165,32 @@ def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.nda
         for bound, room in ((float(expected[c]), dtype.max_value), (float(wmax[c]), dtype.max_value / 2)):
             if bound > 0:
                 gains[c] = min(gains[c], math.floor(math.log2(room / bound)))
-    return np.clip(gains, 0, top)
+    gains = np.clip(gains, 0, top)
+    if layer.scaling_ops and seen.largest is not None:
+        # An average pool whose samples come near saturating it (a mean of about 16 and more)
+        # gets a negative gain, as far as keeps their own sums LAYER_HEADROOM below the limit:
+        # below 0 every step costs the sum a bit of precision, so the wider headroom of the
+        # positive gains is not taken. Its weights stay exact (at least 2^-bp) and the undo
+        # 2^-k representable.
+        smallest = min(float(np.min(np.abs(inp.coefficients))) for inp in layer.inputs)
+        lowest = max(math.ceil(math.log2(2.0 ** -top / smallest)), -math.floor(math.log2(dtype.max_value)))
+        needed = seen.largest * LAYER_HEADROOM
+        for c in np.flatnonzero(needed > dtype.max_value):
+            gains[c] = max(lowest, math.floor(math.log2(dtype.max_value / float(needed[c]))))
+    return gains
+
+
+def _powers_of_two_in_range(values: np.ndarray, dtype: DataType) -> bool:
+    """Every value is ``2^e`` with ``2^e`` exact in ``dtype`` (``-bp <= e``, at most its largest)."""
+    exponents = np.log2(values)
+    return bool(np.all(exponents == np.round(exponents)) and np.all(exponents >= -dtype.binary_point)
+                and np.all(values <= dtype.max_value))
 
 
 def amplify_weights(hir: HirProgram, arch: Architecture, peaks: dict[int, LayerRange]) -> HirProgram:
     """The pass: each conv layer with calibration data gets its per-channel gains (weights and
-    bias times ``2^k``, then a multiply by ``2^-k`` first among its accumulator operations)."""
+    bias times ``2^k``, then a multiply by ``2^-k`` first among its accumulator operations, or
+    right after an average pool's own scaling)."""
     dtype = arch.data_type
     layers = []
     gains_by_layer: dict[str, np.ndarray] = {}
@@ -181,8 +208,15 @@ def amplify_weights(hir: HirProgram, arch: Architecture, peaks: dict[int, LayerR
             amplified = ConvInput(inp.act, inp.weights, inp.diagonal)
             amplified.scaled(factor)
             inputs.append(amplified)
-        undo = PostOp("mul", values=(1.0 / factor).astype(np.float32), node=GAIN_NODE)
+        post = list(layer.post_ops)
+        last = post[layer.scaling_ops - 1] if layer.scaling_ops else None
+        merged = None if last is None or last.kind != "mul" else last.values.astype(np.float64) / factor
+        if merged is not None and _powers_of_two_in_range(merged, dtype):
+            # The pool's last multiply is by 2^-m: one multiply by 2^-(m+k) rounds once.
+            post[layer.scaling_ops - 1] = dataclasses.replace(last, values=merged.astype(np.float32))
+        else:
+            post.insert(layer.scaling_ops, PostOp("mul", values=(1.0 / factor).astype(np.float32), node=GAIN_NODE))
         layers.append(dataclasses.replace(layer, inputs=inputs, bias=(layer.bias * factor).astype(np.float32),
-                                          post_ops=[undo] + list(layer.post_ops)))
+                                          post_ops=post))
         gains_by_layer[layer.name] = gains
     return dataclasses.replace(hir, layers=layers, gains={**hir.gains, **gains_by_layer})

@@ -36,7 +36,8 @@ class Evaluation:
     storage: dict[int, np.ndarray] = field(default_factory=dict)  # id(root) -> [G*N, P]
     accumulator_max: dict[int, np.ndarray] = field(default_factory=dict)
     """layer index -> per output channel, the largest |value| its accumulators hold (with the
-    bias, before the accumulator operations)"""
+    bias, before the accumulator operations; an average pool's also through its own scaling,
+    ``ConvLayer.scaling_ops``)"""
 
     def read(self, act: Activation) -> np.ndarray:
         """``act`` as ``[C, H, W]``."""
@@ -114,9 +115,8 @@ def _conv(ev: Evaluation, layer: ConvLayer, index: int) -> np.ndarray:
                 acc += inp.weights[:, c0:c1, kh, kw].astype(np.float64) @ window[c0:c1]
                 if acc.size:
                     peak = np.maximum(peak, np.max(np.abs(acc), axis=1))
-    ev.accumulator_max[index] = peak
     acc = acc.reshape(out.C, out.H, out.W)
-    for p in layer.post_ops:
+    for k, p in enumerate(layer.post_ops):
         if p.kind == "add":
             acc = acc + ev.read(p.tensor)
         elif p.kind == "add_const":
@@ -139,6 +139,10 @@ def _conv(ev: Evaluation, layer: ConvLayer, index: int) -> np.ndarray:
             acc = acc * ev.read(p.tensor).reshape(out.C, 1, 1)
         else:  # pragma: no cover - the lowering only makes the kinds above
             raise ValueError(f"layer {layer.name!r}: unknown accumulator operation {p.kind!r}")
+        if k < layer.scaling_ops and acc.size:
+            # An average pool's own multiplies run before a gain is undone: they count too.
+            peak = np.maximum(peak, np.max(np.abs(acc.reshape(out.C, -1)), axis=1))
+    ev.accumulator_max[index] = peak
     return acc
 
 
