@@ -196,7 +196,7 @@ def compile_segments(model: onnx.ModelProto, graph: Graph, arch: Architecture, n
                 if key in compiled:
                     seg.result = compiled[key]
                     continue
-                cb = None if progress is None else (lambda done, total, seg=seg: progress(seg.name, done, total))
+                cb = None if progress is None else (lambda step, done, total, seg=seg: progress(f"{step} {seg.name}", done, total))
                 seg_samples = None
                 if samples:
                     inputs = tuple(seg.inputs)
@@ -293,7 +293,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     or an ``.npz`` path); with them each layer's weights are amplified as far as the samples'
     accumulator ranges allow (``systolix.scheduler.precision``), for smaller rounding errors.
     ``split``: constants larger than DRAM1 cut the model into several accelerator programs run
-    one after another (``False``: an error instead).
+    one after another (``False``: an error instead). ``progress(what, done, total)``: ``what``
+    is ``"calibrating SEGMENT"`` (float runs on the samples) or ``"scheduling SEGMENT"`` (layers).
     Returns a model with ``.run(inputs)``, ``.save(directory)`` and ``.summary``.
     """
     started = time.perf_counter()

@@ -229,3 +229,16 @@ def test_calibrated_pools_of_large_values_do_not_saturate_on_the_emulator(kind):
     bound = _pool_error_bound(layer, ref.reshape(5, -1).astype(np.float64))
     err = np.abs(ours - ref).reshape(5, -1)
     assert np.all(err <= bound), f"largest error {err.max() * 256:.1f} LSB, bound there {bound.flat[np.argmax(err)] * 256:.1f}"
+
+
+def test_compile_reports_calibration_and_scheduling_progress():
+    from systolix.compiler import compile_model
+
+    m, _ = conv_bn_relu()
+    rng = np.random.default_rng(5)
+    seen: dict[str, list[tuple[int, int]]] = {}
+    compile_model(m, ARCH, name="cbr", calibration={"x": rng.normal(size=(3, 1, 5, 7, 6)).astype(np.float32)},
+                  progress=lambda what, done, total: seen.setdefault(what, []).append((done, total)))
+    assert list(seen) == ["calibrating cbr", "scheduling cbr"]
+    assert seen["calibrating cbr"] == [(1, 3), (2, 3), (3, 3)]  # one float run per sample
+    assert seen["scheduling cbr"][-1][0] == seen["scheduling cbr"][-1][1]

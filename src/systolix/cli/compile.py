@@ -115,15 +115,16 @@ def compile_command(
     if not model.exists():
         raise FrontendError(f"{model}: no such ONNX file")
     architecture = resolve_arch(arch)
-    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} layers"),
+    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                         TimeElapsedColumn(), console=err_console, transient=True, disable=quiet)
     with progress:
         task = progress.add_task(f"compiling {model.name}", total=None)
 
-        def on_layer(segment: str, done: int, total: int) -> None:
-            progress.update(task, description=f"scheduling {segment}", completed=done, total=total)
+        def on_step(what: str, done: int, total: int) -> None:
+            unit = "float runs" if what.startswith("calibrating") else "layers"
+            progress.update(task, description=f"{what} ({unit})", completed=done, total=total)
 
-        compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_layer,
+        compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_step,
                                  calibration=calibrate, split=not no_split)
     path = compiled.save(output)
     if quiet:

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from systolix.arch import Architecture
@@ -57,19 +57,23 @@ class SegmentResult:
 
 
 def compile_graph(graph: Graph, arch: Architecture, name: str, strategy: str = "local-isolated",
-                  listing: bool = False, progress=None, calibration: Sequence[dict] | None = None) -> SegmentResult:
+                  listing: bool = False, progress: Callable[[str, int, int], None] | None = None,
+                  calibration: Sequence[dict] | None = None) -> SegmentResult:
     """One accelerator program from a graph every node of which the accelerator runs.
 
     ``calibration``: sample inputs of the graph (dicts of ONNX-shaped arrays); with them the
     weights are amplified as far as the samples' accumulator ranges allow, then rounded to keep
     the layers' outputs on the samples close to the float ones.
+    ``progress(step, done, total)``: step ``"calibrating"`` counts float runs on the samples,
+    ``"scheduling"`` layers.
     """
     hir = lower(graph, arch.array_size)
     if calibration:
-        ranges = calibrate(hir, calibration, arch.data_type)
+        ranges = calibrate(hir, calibration, arch.data_type,
+                           None if progress is None else (lambda done, total: progress("calibrating", done, total)))
         hir = amplify_weights(hir, arch, ranges)
         hir = round_weights(hir, arch, {i: r.gram for i, r in ranges.items() if r.gram is not None})
-    lir = schedule(hir, arch, strategy, progress)
+    lir = schedule(hir, arch, strategy, None if progress is None else (lambda done, total: progress("scheduling", done, total)))
     lir = roll_up_program(lir, arch)
     artifacts = build_artifacts(name, arch, hir, lir, listing)
     return SegmentResult(hir, lir, artifacts)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,10 +81,12 @@ class LayerRange:
     # peak when there are no more than REFERENCE_SAMPLES)
 
 
-def calibrate(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: DataType | None = None) -> dict[int, LayerRange]:
+def calibrate(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: DataType | None = None,
+              progress: Callable[[int, int], None] | None = None) -> dict[int, LayerRange]:
     """Per conv layer (index into ``hir.layers``) its ``LayerRange`` over ``samples`` (dicts of
     ONNX-shaped inputs), from the IR run in float. Given the ``dtype`` the weights will be
-    stored in, also the Gram matrices ``round_weights`` needs, of every layer it would change."""
+    stored in, also the Gram matrices ``round_weights`` needs, of every layer it would change.
+    ``progress(done, total)`` is called after each float run (a second of ResNet-50's each)."""
     peaks: dict[int, list[np.ndarray]] = {}
     inputs: dict[int, list[float]] = {}
     # The Gram matrices of a large model do not all fit in memory at once: as many layers as
@@ -107,8 +109,19 @@ def calibrate(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: 
         for i in group:
             grams[i] = accumulate_gram(hir.layers[i], ev, grams.get(i))
 
-    for feeds in samples:
+    runs = len(samples) * max(1, len(groups))
+    done = 0
+
+    def evaluated(feeds):
+        nonlocal done
         ev = evaluate(hir, feeds)
+        done += 1
+        if progress is not None:
+            progress(done, runs)
+        return ev
+
+    for feeds in samples:
+        ev = evaluated(feeds)
         for index, peak in ev.accumulator_max.items():
             peaks.setdefault(index, []).append(peak)
             seen = [float(np.max(np.abs(ev.read(inp.act)), initial=0.0)) for inp in hir.layers[index].inputs]
@@ -117,7 +130,7 @@ def calibrate(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: 
             add_grams(ev, groups[0])
     for group in groups[1:]:
         for feeds in samples:
-            add_grams(evaluate(hir, feeds), group)
+            add_grams(evaluated(feeds), group)
     ranges = {}
     rank = max(1, len(samples) // REFERENCE_SAMPLES)  # 1: the largest
     used = min(len(samples), REFERENCE_SAMPLES)
