@@ -193,3 +193,24 @@ def test_constants_that_do_not_fit_dram1():
     m, _ = conv_bn_relu()
     with pytest.raises(SchedulingError, match=r"constants need \d+ vectors of DRAM1 but the architecture has 16"):
         schedule(lower(to_graph(m), N), arch)
+
+
+def test_a_global_pool_too_large_for_one_pass_averages_rows_then_columns():
+    """2,688 values would need weights of 2^-9, below FP16BP8's step: two passes of 2^-3."""
+    from systolix.numerics import DataType
+    from systolix.scheduler import Unsupported
+
+    gap = make_model([helper.make_node("GlobalAveragePool", ["x"], ["y"], name="gap")], [("x", [1, 3, 48, 56])], [("y", None)])
+    hir = lower(to_graph(gap), 8)
+    rows, cols = hir.layers
+    assert (rows.name, rows.kernel, rows.output.H, rows.output.W) == ("gap/rows", (1, 56), 48, 1)
+    assert (cols.name, cols.kernel, cols.inputs[0].act.name) == ("gap", (48, 1), "gap/rows")
+    assert np.all(rows.inputs[0].diagonal == 2 ** -3) and np.all(cols.inputs[0].diagonal == 2 ** -3)
+    # 56 and 48 values: x 64/56 then x 2^-3, x 64/48 then x 2^-3 (the first multiply keeps 9 bits).
+    assert [float(p.values.flat[0]) for p in rows.post_ops] == [np.float32(64 / 56), 0.125]
+    assert [float(p.values.flat[0]) for p in cols.post_ops] == [np.float32(64 / 48), 0.125]
+    assert len(lower(to_graph(gap), 8, DataType.FLOAT32).layers) == 1  # float: one pass
+    # 4,096 values along one axis: no split keeps the weights in range; an error names the node.
+    wide = make_model([helper.make_node("GlobalAveragePool", ["x"], ["y"], name="wide")], [("x", [1, 3, 1, 4096])], [("y", None)])
+    with pytest.raises(Unsupported, match="wide.*1x4096 values: FP16BP8 averages at most 2047 along each axis"):
+        lower(to_graph(wide), 8)

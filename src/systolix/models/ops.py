@@ -380,6 +380,16 @@ def _(b):
     _out(b, b.gap(_x(b, 17, 7, 9)))
 
 
+@case("ops/globalavgpool_large", "GlobalAveragePool over 48x56 (2,688 values: averaged along W, then H)")
+def _(b):
+    _out(b, b.gap(_x(b, 5, 48, 56)))
+
+
+@case("ops/avgpool_large_window", "AveragePool 44x50 stride (1, 7) pads 3 on W, count_include_pad=0 (two passes)")
+def _(b):
+    _out(b, b.avgpool(_x(b, 5, 44, 64), kernel=(44, 50), stride=(1, 7), pads=[0, 3, 0, 3], count_include_pad=False))
+
+
 @case("ops/globalavgpool_gemm", "Conv-Relu-GlobalAveragePool-Flatten-Gemm (a classifier tail)")
 def _(b):
     x = b.gap(b.relu(b.conv(_x(b, 5, 9, 7), 33, 3, pads=1)))

@@ -25,6 +25,7 @@ import numpy as np
 
 from systolix.errors import SystolixError
 from systolix.ir import Graph, Node
+from systolix.numerics import DataType
 from systolix.scheduler.hir import (
     Activation,
     ConvInput,
@@ -102,9 +103,11 @@ def _pair(v, default):
 class Lowering:
     """Lowers one graph to an ``HirProgram``; see the module docstring."""
 
-    def __init__(self, graph: Graph, array_size: int, const_values: dict | None = None):
+    def __init__(self, graph: Graph, array_size: int, const_values: dict | None = None,
+                 data_type: DataType = DataType.FP16BP8):
         self.g = graph
         self.N = array_size
+        self.data_type = data_type
         self.refs: dict[str, Ref] = {}
         self.layers: list = []
         self.open: dict[str, ConvLayer] = {}
@@ -692,16 +695,43 @@ class Lowering:
         self.layers.append(MaxPoolLayer(node.name, x, out, (x.H, x.W), (1, 1), ops=["GlobalMaxPool"], nodes=[node.name]))
         self.bind(node.outputs[0], out)
 
+    @staticmethod
+    def pool_shift(taps: int) -> int:
+        """The exponent of an average pool's weights ``2^-shift`` over ``taps`` values: the sum
+        then holds 4 to 8x the mean."""
+        return max(0, int(math.floor(math.log2(taps))) - 2)
+
     def average(self, node: Node, x: Activation, k, stride, dil, pads, OH, OW, include_pad: bool, op: str) -> None:
+        top = self.data_type.binary_point if self.data_type.is_fixed else None
+        if top is None or self.pool_shift(k[0] * k[1]) <= top:
+            out = self.new_act(node.outputs[0], x.C, OH, OW)
+            self.average_layer(node.name, node, x, out, k, stride, dil, pads, include_pad, op)
+        else:
+            # Weights under 2^-bp would round to nothing (a 64x64 global pool: 2^-10). The mean
+            # is separable, counts included (each is a row count times a column count): average
+            # along W, then along H, each pass with weights the type holds.
+            if max(self.pool_shift(k[0]), self.pool_shift(k[1])) > top:
+                limit = 1 << (top + 3)
+                raise Unsupported(node, f"an average over {k[0]}x{k[1]} values: {self.data_type.name} averages at most "
+                                        f"{limit - 1} along each axis")
+            rows = self.new_act(f"{node.name}/rows", x.C, x.H, OW)
+            self.average_layer(f"{node.name}/rows", node, x, rows, (1, k[1]), (1, stride[1]), (1, dil[1]),
+                               (0, pads[1], 0, pads[3]), include_pad, op)
+            out = self.new_act(node.outputs[0], x.C, OH, OW)
+            self.average_layer(node.name, node, rows, out, (k[0], 1), (stride[0], 1), (dil[0], 1),
+                               (pads[0], 0, pads[2], 0), include_pad, op)
+        self.bind(node.outputs[0], out)
+
+    def average_layer(self, name: str, node: Node, x: Activation, out: Activation, k, stride, dil, pads,
+                      include_pad: bool, op: str) -> None:
+        """One conv layer averaging ``x`` into ``out`` over windows ``k``."""
         # Sum with weights 2^-shift (exact scaling; keeps the running sum in range), then multiply
         # by 2^shift / count in two SIMD steps so the multiplier keeps 9 significant bits. The
         # accumulators hold 4 to 8x the mean, so a mean past 16 saturates; calibration lowers the
         # weights further for such data (negative gains, systolix.scheduler.precision).
-        window = k[0] * k[1]
-        shift = max(0, int(math.floor(math.log2(window))) - 2)
+        shift = self.pool_shift(k[0] * k[1])
         w = np.full((x.C, k[0], k[1]), 2.0 ** -shift, np.float32)
-        out = self.new_act(node.outputs[0], x.C, OH, OW)
-        counts = self.window_counts(x.H, x.W, k, stride, dil, pads, OH, OW, include_pad)
+        counts = self.window_counts(x.H, x.W, k, stride, dil, pads, out.H, out.W, include_pad)
         factors = (2.0 ** shift) / counts
         post = []
         uniform = np.all(factors == factors.flat[0])
@@ -712,10 +742,9 @@ class Lowering:
             post.append(PostOp("mul_pixel", values=(factors * 2 ** m).astype(np.float32), node=node.name))
         if m:
             post.append(PostOp("mul", values=np.full(x.C, 2.0 ** -m, np.float32), node=node.name))
-        layer = ConvLayer(node.name, [ConvInput(x, diagonal=w)], out, np.zeros(x.C, np.float32), k, stride, dil, pads,
+        layer = ConvLayer(name, [ConvInput(x, diagonal=w)], out, np.zeros(x.C, np.float32), k, stride, dil, pads,
                           post_ops=post, ops=[op], nodes=[node.name], scaling_ops=len(post))
         self.add_layer(layer, node, None)
-        self.bind(node.outputs[0], out)
 
     @staticmethod
     def window_counts(H, W, k, stride, dil, pads, OH, OW, include_pad):
@@ -1077,6 +1106,7 @@ class Lowering:
         return np.stack([src_rows, src_cols], axis=-1)
 
 
-def lower(graph: Graph, array_size: int) -> HirProgram:
-    """Lower a graph to layers; raises ``Unsupported`` for the first node that cannot run."""
-    return Lowering(graph, array_size).run()
+def lower(graph: Graph, array_size: int, data_type: DataType = DataType.FP16BP8) -> HirProgram:
+    """Lower a graph to layers for an ``array_size`` array computing in ``data_type`` (every
+    preset's FP16BP8 unless given); raises ``Unsupported`` for the first node that cannot run."""
+    return Lowering(graph, array_size, data_type=data_type).run()

@@ -67,7 +67,7 @@ def compile_graph(graph: Graph, arch: Architecture, name: str, strategy: str = "
     ``progress(step, done, total)``: step ``"calibrating"`` counts float runs on the samples,
     ``"scheduling"`` layers.
     """
-    hir = lower(graph, arch.array_size)
+    hir = lower(graph, arch.array_size, arch.data_type)
     if calibration:
         ranges = calibrate(hir, calibration, arch.data_type,
                            None if progress is None else (lambda done, total: progress("calibrating", done, total)))
