@@ -98,7 +98,7 @@ def resnet20v2(opset: int = DEFAULT_OPSET, seed: int = 20, input_layout: str = "
 
 
 def resnet50v2(opset: int = DEFAULT_OPSET, seed: int = 50, input_layout: str = "NCHW", input_size: int = 224,
-               num_classes: int = 1000, calibrate: bool = True, calibration_count: int = 4) -> onnx.ModelProto:
+               num_classes: int = 1000, calibrate: bool = True, calibration_count: int = 16) -> onnx.ModelProto:
     """``keras.applications.ResNet50V2`` at ``input_size`` (224 for ImageNet); output: the logits."""
     b = GraphBuilder("resnet50v2", opset, seed)
     x = _image_input(b, "input_1", 3, input_size, input_size, input_layout)
