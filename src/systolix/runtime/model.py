@@ -191,6 +191,11 @@ class Model:
         A run that saturated (see ``run_detailed`` for the counts) warns with ``SaturationWarning``.
         """
         detail = self.run_detailed(inputs, batch=batch, **run_options)
+        self.warn_if_saturated(detail)
+        return detail.outputs
+
+    def warn_if_saturated(self, detail: "ModelRun") -> None:
+        """Warn with ``SaturationWarning`` when ``detail`` (a run of this model) saturated."""
         sums, given = detail.result.saturation_total, detail.input_saturations
         if sums or given:
             items = int(np.count_nonzero(detail.result.saturations_per_item.sum(axis=1)))
@@ -200,8 +205,7 @@ class Model:
             warnings.warn(SaturationWarning(
                 f"{self.source}: {' and '.join(what)} saturated at the {dtype.name} range (+-{dtype.max_value:g}): "
                 "the outputs may differ from the model's (a calibrated compile assumes inputs like its samples)"),
-                stacklevel=2)
-        return detail.outputs
+                stacklevel=3)
 
     def run_vectors(self, inputs, *, batch: bool | None = None, **run_options) -> ModelRun:
         """Like ``run_detailed`` but every input and output is raw vectors as floats, ``[n, N]``

@@ -85,6 +85,11 @@ class PartitionedModel:
 
     def run(self, inputs, *, batch: bool | None = None) -> dict[str, np.ndarray]:
         """Run on ``{name: array}`` in the model's own shapes (an extra leading axis is a batch)."""
+        return self.run_counting(inputs, batch=batch)[0]
+
+    def run_counting(self, inputs, *, batch: bool | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Like ``run``, and how many results saturated on the accelerator, per batch item
+        (``[batch]``; ``[1]`` without a batch axis)."""
         names = list(self.input_shapes)
         if not isinstance(inputs, Mapping):
             if len(names) != 1:
@@ -110,14 +115,21 @@ class PartitionedModel:
         unknown = [k for k in inputs if k not in names]
         if unknown:
             raise RuntimeInputError(f"unknown input {unknown[0]!r}; the model's inputs are: {', '.join(names)}")
+        saturated = None
         for kind, runner, seg in self.segments:
             feeds = {t: env[t] for t in seg["inputs"]}
             if kind == "accelerator":
-                outs = runner.run(feeds, batch=bool(batched))
+                detail = runner.run_detailed(feeds, batch=bool(batched))
+                runner.warn_if_saturated(detail)
+                per_item = detail.result.saturations_per_item.sum(axis=1)
+                saturated = per_item if saturated is None else saturated + per_item
+                outs = detail.outputs
             else:
                 outs = runner.run(feeds, bool(batched))
             env.update({k: np.asarray(v, np.float32) for k, v in outs.items()})
-        return {n: env[n] for n in self.output_names}
+        if saturated is None:
+            saturated = np.zeros(next(iter(env.values())).shape[0] if batched else 1, np.int64)
+        return {n: env[n] for n in self.output_names}, saturated
 
     def __repr__(self) -> str:
         kinds = ", ".join(k for k, _, _ in self.segments)
