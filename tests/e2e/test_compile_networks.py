@@ -164,9 +164,10 @@ def test_calibrated_classifier_picks_the_same_class_on_99_percent_of_1000_inputs
 # 100 inputs and 32 samples here (128 samples gave no better agreement). The emulator holds a
 # copy of its 1.5 M constant vectors per batch item, so the inputs run in chunks. On 1,000
 # inputs it picks onnxruntime's class on 98.4%, short of the issue's 99%: 15 misses are ties
-# within 10 LSB among its 1,000 classes, one input saturates (scripts/agreement.py --model
-# resnet50v2 --arch ultra96v2 --samples 32). Here it is held, as the smaller classifiers are on
-# their first 100 inputs, to the same class but for near-ties, and no saturation.
+# within 10 LSB, and one of the 5 inputs that saturate loses its class (scripts/agreement.py
+# --model resnet50v2 --arch ultra96v2 --samples 32; the first 100 do not saturate). Here it is
+# held, as the smaller classifiers are on their first 100 inputs, to the same class but for
+# near-ties.
 RESNET50_INPUTS = 100
 RESNET50_SAMPLES = 32
 RESNET50_CHUNK = 16
@@ -197,41 +198,38 @@ def test_calibrated_resnet50v2_picks_the_same_class_but_for_near_ties(capsys):
     assert max(misses, default=0.0) < CALIBRATED_TIE, f"a miss with a top-2 margin of {max(misses):.4f}"
 
 
-FLOOR_INPUTS = 200
+FLOOR_INPUTS = 300
 
 
-def _clear_cut_changes(model, count: int) -> float:
-    """Share of ``count`` inputs whose class changes, though their top-2 margin is at least one
-    LSB, when the model runs with its inputs and every computed tensor rounded to FP16BP8 and
-    every product exact: what no FP16BP8 program can avoid. (Below one LSB, rounding the logits
-    alone makes ties.)"""
+def _fixed_point_floor(model, count: int) -> float:
+    """Share of ``count`` inputs on which the model, run with its inputs and every computed
+    tensor rounded to FP16BP8 and every product exact, picks the float model's class: what an
+    FP16BP8 program can at best expect (its logits are rounded too, so sub-LSB margins tie)."""
     plain = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     rounded = ort.InferenceSession(with_rounded_tensors(model).SerializeToString(), providers=["CPUExecutionProvider"])
-    changed = 0
+    same = 0
     for k in range(count):
         feeds = M.example_inputs(model, seed=k)
         fixed = {n: from_fixed(to_fixed(v, DataType.FP16BP8), DataType.FP16BP8).astype(np.float32)
                  for n, v in feeds.items()}
-        ref = plain.run(None, feeds)[0].reshape(-1)
-        clear = np.diff(np.sort(ref)[-2:])[0] >= DataType.FP16BP8.resolution
-        changed += int(clear and np.argmax(ref) != np.argmax(rounded.run(None, fixed)[0]))
-    return changed / count
+        same += int(np.argmax(plain.run(None, feeds)[0]) == np.argmax(rounded.run(None, fixed)[0]))
+    return same / count
 
 
 @pytest.mark.slow
 def test_resnet50v2_branch_scale_keeps_its_class_stable_under_fp16bp8_rounding(capsys):
-    """The test model halves its residual branches' weights (resnet50v2's branch_scale): at
-    Keras' scale the random net is so sensitive that rounding only its computed tensors changes
-    the class of more than 1% of the inputs with a clear top class, so that no FP16BP8 program
-    could meet the issue's 99%."""
-    keras_scale = _clear_cut_changes(M.build("resnet50v2", branch_scale=1.0), FLOOR_INPUTS)
-    test_model = _clear_cut_changes(built("resnet50v2"), FLOOR_INPUTS)
+    """The test model halves the weights that end its residual branches (resnet50v2's
+    branch_scale): at Keras' scale the random net is so sensitive that rounding only its
+    computed tensors changes the class of more than 1% of inputs, so that no FP16BP8 program
+    could be expected to meet the issue's 99% (measured: 97.3% of 300; halved, 99.3%, the two
+    misses ties under half an LSB)."""
+    keras_scale = _fixed_point_floor(M.build("resnet50v2", branch_scale=1.0), FLOOR_INPUTS)
+    test_model = _fixed_point_floor(built("resnet50v2"), FLOOR_INPUTS)
     with capsys.disabled():
-        print(f"\nResNet-50 v2, every tensor rounded to FP16BP8: class changed on {keras_scale:.1%} of "
-              f"{FLOOR_INPUTS} inputs with a margin of 1 LSB or more at Keras' branch scale, {test_model:.1%} at "
-              "the test model's")
-    assert keras_scale > 1 - REQUIRED_AGREEMENT
-    assert test_model == 0
+        print(f"\nResNet-50 v2, every tensor rounded to FP16BP8: same class on {keras_scale:.1%} of {FLOOR_INPUTS} "
+              f"inputs at Keras' branch scale, {test_model:.1%} at the test model's")
+    assert keras_scale < REQUIRED_AGREEMENT
+    assert test_model >= REQUIRED_AGREEMENT
 
 
 @pytest.mark.slow

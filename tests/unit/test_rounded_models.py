@@ -82,3 +82,22 @@ def test_float_types_are_refused():
     model, _ = _model(13)
     with pytest.raises(ValueError, match="FLOAT32 is not a fixed-point type"):
         with_rounded_tensors(model, DataType.FLOAT32)
+
+
+def test_a_tensor_only_batch_norms_read_is_not_rounded():
+    """Conv -> BatchNormalization: a compiler folds the batch norm into the conv, so only the
+    batch norm's output is stored and rounded."""
+    w = np.full((1, 1, 1, 1), 1 / 1024, np.float32)  # x / 1024: far below one LSB
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"], epsilon=0.0)]
+    inits = [numpy_helper.from_array(w, "w")] + [
+        numpy_helper.from_array(np.array([v], np.float32), n)
+        for n, v in [("scale", 512.0), ("bias", 0.0), ("mean", 0.0), ("var", 1.0)]]
+    graph = helper.make_graph(nodes, "conv_bn", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1, 1, 1])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 1, 1, 1])],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    session = ort.InferenceSession(with_rounded_tensors(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.full((1, 1, 1, 1), 0.75, np.float32)
+    # folded: 0.75 * 512 / 1024 = 0.375 exactly; rounding the conv's 0.75/1024 first would give 0
+    assert float(session.run(None, {"x": x})[0].reshape(())) == 0.375

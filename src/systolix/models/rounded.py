@@ -24,9 +24,11 @@ _NOT_COMPUTED = {"Constant", "ConstantOfShape", "Shape", "Identity", "Dropout", 
 
 def with_rounded_tensors(model: onnx.ModelProto, dtype: DataType = DataType.FP16BP8) -> onnx.ModelProto:
     """A copy of ``model`` in which every float tensor a node computes (the outputs too) is
-    rounded (half up, as the driver
-    converts floats) to ``dtype``'s resolution and saturated at its range; the inputs are
-    left as given (round them as the accelerator's driver does, if that is the comparison)."""
+    rounded (half up, as the driver converts floats) to ``dtype``'s resolution and saturated at
+    its range. Not rounded: the inputs (round them as the driver does, if that is the
+    comparison), and a tensor that only BatchNormalizations read (a compiler folds a batch norm
+    into the conv or Gemm before it, and the tensor before it is never stored). Subgraphs of
+    If and Loop are left as they are."""
     if not dtype.is_fixed:
         raise ValueError(f"{dtype.name} is not a fixed-point type")
     rounded = onnx.ModelProto()
@@ -34,6 +36,10 @@ def with_rounded_tensors(model: onnx.ModelProto, dtype: DataType = DataType.FP16
     graph = rounded.graph
     types = _elem_types(model)
     outputs = {o.name for o in graph.output}
+    readers: dict[str, set[str]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, set()).add(node.op_type)
     prefix = "_fixed_point_"
     scale, half, inverse, low, high = (f"{prefix}{n}" for n in ("scale", "half", "inverse", "low", "high"))
     graph.initializer.extend(numpy_helper.from_array(np.array(v, np.float32), name) for name, v in [
@@ -51,6 +57,8 @@ def with_rounded_tensors(model: onnx.ModelProto, dtype: DataType = DataType.FP16
             continue
         for k, name in enumerate(node.output):
             if not name or types.get(name) != onnx.TensorProto.FLOAT:
+                continue
+            if name not in outputs and readers.get(name) == {"BatchNormalization"}:
                 continue
             exact = f"{prefix}{index}_{k}_exact"
             node.output[k] = exact
