@@ -3,12 +3,13 @@
     .venv/bin/python scripts/agreement.py [--inputs 1000] [--model resnet20v2 ...] [--arch zcu104 ...] [--plain]
 
 Inputs are the models' example inputs, seeds 0 to N-1; calibration samples are seeds 1000 on
-(128 of them), as in the tests. For each model the first row is FP16BP8's own limit:
-onnxruntime's logits rounded to the output format; the second, what no FP16BP8 program can beat:
-onnxruntime with the input and every computed tensor rounded to FP16BP8, products exact
-(``systolix.models.rounded``). ``--option branch_scale=1.0`` passes a builder option. Takes 30 to 90 s per model and array on two
-cores for 1,000 inputs (MobileNet, ResNet-20); the MLP takes seconds. ``--model resnet50v2``
-(not among the defaults) takes about 1.3 s per input on ``ultra96v2``.
+(128 of them by default, as in the tests). For each model the first two rows are FP16BP8's own
+limits: onnxruntime's logits rounded to the output format, then onnxruntime with the input and
+every computed tensor rounded to FP16BP8 and every product exact, what no FP16BP8 program can be
+expected to beat (``systolix.models.rounded``). ``--option branch_scale=1.0`` passes a builder
+option. Takes 30 to 90 s per model and array on two cores for 1,000 inputs (MobileNet,
+ResNet-20); the MLP takes seconds. ``--model resnet50v2`` (not among the defaults) takes about
+0.8 s per input on ``ultra96v2``, 14 minutes for 1,000.
 """
 
 from __future__ import annotations
@@ -66,7 +67,13 @@ def main() -> None:
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a builder option for the models, e.g. branch_scale=1.0 (a number)")
     args = parser.parse_args()
-    options = {key: float(value) for key, value in (o.split("=", 1) for o in args.option)}
+    options = {}
+    for option in args.option:
+        key, _, value = option.partition("=")
+        try:
+            options[key] = float(value)
+        except ValueError:
+            parser.error(f"--option {option!r}: expected KEY=NUMBER, e.g. branch_scale=1.0")
     console = Console(width=240)
     table = Table(title=f"Same class as onnxruntime on {args.inputs:,} inputs")
     for col in ["model", "array", "compile", "same class", "error RMS (LSB)", "top-2 difference's error RMS (LSB)",
