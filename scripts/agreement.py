@@ -80,7 +80,10 @@ def main() -> None:
                 "median largest (LSB)", "largest (LSB)", "inputs saturated", "misses' top-2 margins (LSB)"]:
         table.add_column(col, justify="left" if col in ("model", "array", "compile", "misses' top-2 margins (LSB)") else "right")
     for name in args.model or CLASSIFIERS:
-        model = M.build(name, **options)
+        try:
+            model = M.build(name, **options)
+        except M.ModelBuildError as e:
+            parser.error(str(e))
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         rounded = ort.InferenceSession(with_rounded_tensors(model).SerializeToString(),
                                        providers=["CPUExecutionProvider"])
