@@ -14,8 +14,7 @@ import systolix.models as M
 from systolix.arch import Architecture
 from systolix.artifacts import read_vectors_csv
 from systolix.compiler import compile_model
-from systolix.models.rounded import with_rounded_tensors
-from systolix.numerics import DataType, from_fixed, to_fixed
+from systolix.models.rounded import rounded_feeds, with_rounded_tensors
 from systolix.runtime import load
 from tests.conftest import SPEECH
 from tests.error_model import output_bounds
@@ -181,9 +180,9 @@ def test_calibrated_resnet50v2_picks_the_same_class_but_for_near_ties(capsys):
     got, saturated = [], 0
     for first in range(0, len(items), RESNET50_CHUNK):
         part = items[first:first + RESNET50_CHUNK]
-        run = compiled.run_detailed({k: np.stack([it[k] for it in part]) for k in part[0]}, threads=2)
-        got.append(next(iter(run.outputs.values())).reshape(len(part), -1))
-        saturated += int(np.count_nonzero(run.result.saturations_per_item.sum(axis=1)))
+        outputs, per_item = compiled.run_counting({k: np.stack([it[k] for it in part]) for k in part[0]}, threads=2)
+        got.append(next(iter(outputs.values())).reshape(len(part), -1))
+        saturated += int(np.count_nonzero(per_item))
     got = np.concatenate(got)
     out = session_of(name).get_outputs()[0].name
     refs = np.array([onnxruntime_outputs(name, feeds)[out].reshape(-1) for feeds in items])
@@ -209,9 +208,7 @@ def _fixed_point_floor(model, count: int) -> float:
     same = 0
     for k in range(count):
         feeds = M.example_inputs(model, seed=k)
-        fixed = {n: from_fixed(to_fixed(v, DataType.FP16BP8), DataType.FP16BP8).astype(np.float32)
-                 for n, v in feeds.items()}
-        same += int(np.argmax(plain.run(None, feeds)[0]) == np.argmax(rounded.run(None, fixed)[0]))
+        same += int(np.argmax(plain.run(None, feeds)[0]) == np.argmax(rounded.run(None, rounded_feeds(feeds))[0]))
     return same / count
 
 

@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
-from systolix.models.rounded import with_rounded_tensors
+from systolix.models.rounded import rounded_feeds, with_rounded_tensors
 from systolix.numerics.datatypes import DataType
 
 LSB = 2.0 ** -8
@@ -55,8 +55,9 @@ def test_every_computed_tensor_is_rounded_and_saturated(opset):
     model, w = _model(opset)
     rounded = with_rounded_tensors(model, DataType.FP16BP8)
     onnx.checker.check_model(rounded)
-    x = (np.random.default_rng(1).normal(0, 1.0, (1, 6)) + 1 / 512).astype(np.float32)
-    x = _grid(x)  # the driver's conversion of the input
+    raw = (np.random.default_rng(1).normal(0, 1.0, (1, 6)) + 1 / 512).astype(np.float32)
+    x = rounded_feeds({"x": raw})["x"]  # the driver's conversion of the input
+    np.testing.assert_array_equal(x, _grid(raw))
     session = ort.InferenceSession(rounded.SerializeToString(), providers=["CPUExecutionProvider"])
     y, z = session.run(["y", "z"], {"x": x})
     # NumPy, rounding after each op; the product sums are exact (float64 here, float32 there)

@@ -14,7 +14,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from systolix.models.calibration import _elem_types
-from systolix.numerics.datatypes import DataType
+from systolix.numerics import DataType, from_fixed, to_fixed
 
 # Ops whose float outputs are constants or copies: rounding them again changes nothing an
 # accelerator would compute.
@@ -25,8 +25,7 @@ _NOT_COMPUTED = {"Constant", "ConstantOfShape", "Shape", "Identity", "Dropout", 
 def with_rounded_tensors(model: onnx.ModelProto, dtype: DataType = DataType.FP16BP8) -> onnx.ModelProto:
     """A copy of ``model`` in which every float tensor a node computes (the outputs too) is
     rounded (half up, as the driver converts floats) to ``dtype``'s resolution and saturated at
-    its range. Not rounded: the inputs (round them as the driver does, if that is the
-    comparison), and a tensor that only BatchNormalizations read (a compiler folds a batch norm
+    its range. Not rounded: the inputs (``rounded_feeds`` rounds them as the driver does), and a tensor that only BatchNormalizations read (a compiler folds a batch norm
     into the conv or Gemm before it, and the tensor before it is never stored). Subgraphs of
     If and Loop are left as they are."""
     if not dtype.is_fixed:
@@ -78,3 +77,9 @@ def with_rounded_tensors(model: onnx.ModelProto, dtype: DataType = DataType.FP16
     # value_info names tensors by their old names, some now produced unrounded: drop it.
     del graph.value_info[:]
     return rounded
+
+
+def rounded_feeds(feeds: dict[str, np.ndarray], dtype: DataType = DataType.FP16BP8) -> dict[str, np.ndarray]:
+    """``feeds`` as the driver hands them to the accelerator: on ``dtype``'s grid, saturated,
+    back in float32 (the inputs ``with_rounded_tensors``' model should get)."""
+    return {name: from_fixed(to_fixed(value, dtype), dtype).astype(np.float32) for name, value in feeds.items()}

@@ -190,12 +190,17 @@ class Model:
         Options (``tracepoint``, ``trace_file``, ``progress``...) go to ``Emulator.run``.
         A run that saturated (see ``run_detailed`` for the counts) warns with ``SaturationWarning``.
         """
-        detail = self.run_detailed(inputs, batch=batch, **run_options)
-        self.warn_if_saturated(detail)
-        return detail.outputs
+        return self.run_counting(inputs, batch=batch, **run_options)[0]
 
-    def warn_if_saturated(self, detail: "ModelRun") -> None:
-        """Warn with ``SaturationWarning`` when ``detail`` (a run of this model) saturated."""
+    def run_counting(self, inputs, *, batch: bool | None = None,
+                     **run_options) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Like ``run``, and how many results saturated, per batch item (``[batch]``; ``[1]``
+        without a batch axis)."""
+        detail = self.run_detailed(inputs, batch=batch, **run_options)
+        self._warn_if_saturated(detail)
+        return detail.outputs, detail.result.saturations_per_item.sum(axis=1)
+
+    def _warn_if_saturated(self, detail: "ModelRun") -> None:
         sums, given = detail.result.saturation_total, detail.input_saturations
         if sums or given:
             items = int(np.count_nonzero(detail.result.saturations_per_item.sum(axis=1)))
@@ -205,7 +210,7 @@ class Model:
             warnings.warn(SaturationWarning(
                 f"{self.source}: {' and '.join(what)} saturated at the {dtype.name} range (+-{dtype.max_value:g}): "
                 "the outputs may differ from the model's (a calibrated compile assumes inputs like its samples)"),
-                stacklevel=3)
+                stacklevel=4)
 
     def run_vectors(self, inputs, *, batch: bool | None = None, **run_options) -> ModelRun:
         """Like ``run_detailed`` but every input and output is raw vectors as floats, ``[n, N]``

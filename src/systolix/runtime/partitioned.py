@@ -83,11 +83,13 @@ class PartitionedModel:
         path = Path(path)
         return cls(TModel.load(path), path.parent, str(path))
 
-    def run(self, inputs, *, batch: bool | None = None) -> dict[str, np.ndarray]:
-        """Run on ``{name: array}`` in the model's own shapes (an extra leading axis is a batch)."""
-        return self.run_counting(inputs, batch=batch)[0]
+    def run(self, inputs, *, batch: bool | None = None, **run_options) -> dict[str, np.ndarray]:
+        """Run on ``{name: array}`` in the model's own shapes (an extra leading axis is a batch);
+        ``run_options`` (``threads``...) go to each accelerator program's ``Model.run``."""
+        return self.run_counting(inputs, batch=batch, **run_options)[0]
 
-    def run_counting(self, inputs, *, batch: bool | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def run_counting(self, inputs, *, batch: bool | None = None,
+                     **run_options) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """Like ``run``, and how many results saturated on the accelerator, per batch item
         (``[batch]``; ``[1]`` without a batch axis)."""
         names = list(self.input_shapes)
@@ -119,11 +121,8 @@ class PartitionedModel:
         for kind, runner, seg in self.segments:
             feeds = {t: env[t] for t in seg["inputs"]}
             if kind == "accelerator":
-                detail = runner.run_detailed(feeds, batch=bool(batched))
-                runner.warn_if_saturated(detail)
-                per_item = detail.result.saturations_per_item.sum(axis=1)
+                outs, per_item = runner.run_counting(feeds, batch=bool(batched), **run_options)
                 saturated = per_item if saturated is None else saturated + per_item
-                outs = detail.outputs
             else:
                 outs = runner.run(feeds, bool(batched))
             env.update({k: np.asarray(v, np.float32) for k, v in outs.items()})
