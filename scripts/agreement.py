@@ -9,7 +9,7 @@ every computed tensor rounded to FP16BP8 and every product exact, what no FP16BP
 expected to beat (``systolix.models.rounded``). ``--option branch_scale=1.0`` passes a builder
 option. Takes 30 to 90 s per model and array on two cores for 1,000 inputs (MobileNet,
 ResNet-20); the MLP takes seconds. ``--model resnet50v2`` (not among the defaults) takes about
-0.8 s per input on ``ultra96v2``, 14 minutes for 1,000.
+12 minutes for 1,000 inputs on ``ultra96v2``, 9 on ``zcu104`` and 24 on ``pynqz1``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from systolix.numerics import DataType
 from systolix.runtime import SaturationWarning
 
 CLASSIFIERS = ["mlp", "mobilenetv2_block", "resnet20v2"]
-# Not run by default: about 1.3 s per input on two cores (ultra96v2), and 0.8 s per calibration sample.
+# Not run by default: 0.5 to 1.4 s per input on two cores, and 0.8 s per calibration sample.
 LARGE_CLASSIFIERS = ["resnet50v2"]
 ARCHS = ["pynqz1", "ultra96v2", "zcu104"]
 LSB = DataType.FP16BP8.resolution

@@ -162,17 +162,17 @@ def test_calibrated_classifier_picks_the_same_class_on_99_percent_of_1000_inputs
 # ResNet-50 v2 takes about 1 s an input on ultra96v2 (two cores) and 0.8 s a calibration sample: 100
 # inputs and 32 samples here (the 128 of the smaller classifiers would add 75 s). The emulator holds
 # a copy of its 1.5 M constant vectors per batch item, so the inputs run in chunks. On 1,000 inputs
-# it picks onnxruntime's class on 98.4%, short of the issue's 99%: 15 misses are ties within 10 LSB,
-# and one of the 5 inputs that saturate loses its class (scripts/agreement.py --model resnet50v2
-# --arch ultra96v2 --samples 32; the first 100 do not saturate). Here it is held, as the smaller
-# classifiers are on their first 100 inputs, to the same class but for near-ties.
+# it picks onnxruntime's class on 99.4%: its six misses are ties within 3.3 LSB, and none of the 4
+# inputs that saturate loses its class (scripts/agreement.py --model resnet50v2 --arch ultra96v2
+# --samples 32; the first 100 do not saturate). Its 2,048-long head is summed in parts
+# (systolix.scheduler.reductions): whole, it was 98.4%.
 RESNET50_INPUTS = 100
 RESNET50_SAMPLES = 32
 RESNET50_CHUNK = 16
 
 
 @pytest.mark.slow
-def test_calibrated_resnet50v2_picks_the_same_class_but_for_near_ties(capsys):
+def test_calibrated_resnet50v2_picks_the_same_class_on_99_percent_of_100_inputs(capsys):
     name, arch = "resnet50v2", "ultra96v2"
     model = built(name)
     compiled = calibrated_compile(name, arch, RESNET50_SAMPLES)
@@ -192,7 +192,7 @@ def test_calibrated_resnet50v2_picks_the_same_class_but_for_near_ties(capsys):
         print(f"\n{name} on {arch}, calibrated: same class on {same:.1%} of {len(items)} inputs; misses' top-2 "
               f"margins (LSB) {', '.join(f'{m * 256:.1f}' for m in sorted(misses))}; {saturated} saturated")
     assert saturated == 0
-    assert same >= CALIBRATED_AGREEMENT, f"same class on {same:.2%} of {len(items)} inputs"
+    assert same >= REQUIRED_AGREEMENT, f"same class on {same:.2%} of {len(items)} inputs"
     assert max(misses, default=0.0) < CALIBRATED_TIE, f"a miss with a top-2 margin of {max(misses):.4f}"
 
 

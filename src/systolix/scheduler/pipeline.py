@@ -1,7 +1,8 @@
 """The compiler's passes, in order, each a plain function from one IR to the next.
 
     ONNX --frontend.to_graph--> Graph --lower--> HirProgram
-         [--amplify_weights--> HirProgram --round_weights--> HirProgram, given calibration samples]
+         [--split_long_reductions--> HirProgram --amplify_weights--> HirProgram
+          --round_weights--> HirProgram, given calibration samples]
          --schedule--> LirProgram --roll_up_program--> LirProgram
          --backend.build_artifacts--> Artifacts
 
@@ -20,6 +21,7 @@ from systolix.scheduler.codegen import LirProgram, schedule
 from systolix.scheduler.hir import HirProgram
 from systolix.scheduler.lowering import lower
 from systolix.scheduler.precision import amplify_weights, calibrate
+from systolix.scheduler.reductions import split_long_reductions
 from systolix.scheduler.rounding import round_weights
 from systolix.scheduler.rollup import roll_up
 
@@ -41,6 +43,7 @@ def roll_up_program(lir: LirProgram, arch: Architecture) -> LirProgram:
 
 PASSES = (
     ("lower", lower),
+    ("split long reductions", split_long_reductions),
     ("amplify weights", amplify_weights),
     ("round weights", round_weights),
     ("schedule", schedule),
@@ -62,6 +65,7 @@ def compile_graph(graph: Graph, arch: Architecture, name: str, strategy: str = "
     """One accelerator program from a graph every node of which the accelerator runs.
 
     ``calibration``: sample inputs of the graph (dicts of ONNX-shaped arrays); with them the
+    long one-pixel reductions are split into parts (``systolix.scheduler.reductions``), the
     weights are amplified as far as the samples' accumulator ranges allow, then rounded to keep
     the layers' outputs on the samples close to the float ones.
     ``progress(step, done, total)``: step ``"calibrating"`` counts float runs on the samples,
@@ -69,6 +73,7 @@ def compile_graph(graph: Graph, arch: Architecture, name: str, strategy: str = "
     """
     hir = lower(graph, arch.array_size, arch.data_type)
     if calibration:
+        hir = split_long_reductions(hir, arch)
         ranges = calibrate(hir, calibration, arch.data_type,
                            None if progress is None else (lambda done, total: progress("calibrating", done, total)))
         hir = amplify_weights(hir, arch, ranges)
