@@ -12,6 +12,7 @@ from onnx import helper
 import systolix.scheduler.pipeline as pipeline
 from systolix.arch import get_architecture
 from systolix.compiler import compile_model
+from systolix.numerics import DataType
 from systolix.scheduler.hir import Activation, ConvInput, ConvLayer, HirProgram, PostOp
 from systolix.scheduler.reductions import PART_NODE, reduction_parts, split_long_reductions
 from systolix.scheduler.reference import run_reference
@@ -63,6 +64,8 @@ def test_parts_compute_the_same_function_in_float(N):
     before = dense(1100, 21, N=N, post=[PostOp("clip", lo=-1.0, hi=2.0)])
     after = split_long_reductions(before, ARCH)
     assert len(after.layers) == 5  # 256 channels a part: 4 whole and 76 left
+    float_arch = ARCH.model_copy(update={"data_type": DataType.FLOAT32})
+    assert split_long_reductions(before, float_arch).layers == before.layers  # nothing to gain
     x = {"x": np.random.default_rng(1).normal(size=(1, 1100)).astype(np.float32)}
     np.testing.assert_allclose(run_reference(after, x)["y"], run_reference(before, x)["y"], rtol=1e-12, atol=1e-12)
 
@@ -117,7 +120,7 @@ def test_a_calibrated_head_in_parts_has_less_error_on_the_emulator(monkeypatch):
     assert len(layers(whole)) == 1
     err_parts, err_whole = rms_error(parts), rms_error(whole)
     print(f"\nhead error RMS: {err_whole / 2 ** -8:.2f} LSB whole, {err_parts / 2 ** -8:.2f} LSB in 8 parts")
-    # Measured over seeds 0 to 5: 1.7-2.3 LSB whole, 1.0-1.05 in parts (what is left is mostly
+    # Measured with seeds 0 to 3 and 5: 1.7-2.3 LSB whole, 1.0-1.05 in parts (what is left is mostly
     # the one rounding per part); at least 1.5x less.
     assert err_parts * 1.5 < err_whole, (err_parts, err_whole)
 

@@ -55,7 +55,10 @@ def reduction_parts(layer, N: int) -> list[tuple[int, int]] | None:
 
 def split_long_reductions(hir: HirProgram, arch: Architecture) -> HirProgram:
     """The pass: every layer ``reduction_parts`` splits becomes its parts, in order, the last
-    one writing the layer's output. Run before calibration, so each part gets its own gains."""
+    one writing the layer's output. Run before calibration, so each part gets its own gains.
+    A float architecture rounds nothing, so its layers stay whole."""
+    if not arch.data_type.is_fixed:
+        return hir
     layers = []
     for layer in hir.layers:
         parts = reduction_parts(layer, hir.N)
