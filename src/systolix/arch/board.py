@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from systolix.arch.architecture import Architecture
@@ -58,6 +60,10 @@ class Board(BaseModel):
     # Clock of the DRAM data ports' AXI side (None: the accelerator clock); with it the
     # port's peak is bus bits x this clock.
     dram_clock_mhz: float | None = Field(default=None, gt=0)
+    # Which timing model: Tensil's hardware (systolix.perf.simulator, calibrated on a real
+    # ZCU104) or the TCU that systolix.rtl generates (systolix.perf.rtl_timing, clock-exact
+    # against its co-simulation, with the co-simulation's DRAM model).
+    timing: Literal["tensil", "rtl"] = "tensil"
 
     @property
     def bytes_per_cycle(self) -> float:

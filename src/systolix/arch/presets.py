@@ -81,6 +81,14 @@ BOARDS: dict[str, Board] = {
         dram_clock_mhz=300.0, dram_peak_gbps=4.8,
         description="Xilinx ZCU104 (ZU7EV), 32x32 at 100 MHz, Tensil's 128-bit AXI data ports",
     ),
+    "rtl": Board(
+        # The TCU we generate (systolix.rtl) at the architecture of the program it times, with the
+        # co-simulation's DRAM (a read's first beat 32 clocks after its request, one beat a clock
+        # on each 128-bit port). 100 MHz is a nominal clock for milliseconds and frame rates;
+        # the cycle counts are what the model predicts exactly.
+        name="rtl", architecture=ARCHITECTURES["zcu104"], clock_mhz=100.0, dram_bus_bits=128, dram_peak_gbps=1.6,
+        timing="rtl", description="the TCU systolix generates, co-simulated (any architecture; DRAM latency 32 clocks)",
+    ),
     "zcu104-512": Board(
         # Tensil's dual-clock variant: 512-bit data ports at the accelerator's 100 MHz (6.4 GB/s a
         # port), clock-converted to the PS side; the same program as `zcu104`.

@@ -101,6 +101,37 @@ def _argmax_text(value: np.ndarray, batched: bool, classes: int | None, padded_n
     return text
 
 
+def _engine_options(engine: str, dram_latency: int | None) -> dict:
+    if engine == "emulator":
+        return {}
+    from systolix.rtl.cosim import DramModel
+
+    dram = DramModel() if dram_latency is None else DramModel(latency=dram_latency, write_latency=dram_latency)
+    return {"engine": "rtl", "rtl": {"dram": dram}}
+
+
+def _argmax_list(value: np.ndarray, batched: bool, classes: int | None):
+    items = value if batched else value[None]
+    per_item = items.reshape(items.shape[0], -1)
+    if per_item.shape[1] == 0 or per_item.shape[1] > CLASS_VECTOR_LIMIT:
+        return None
+    picks = (per_item[:, :classes] if classes else per_item).argmax(axis=1).tolist()
+    return picks if batched else picks[0]
+
+
+def _print_json(engine: str, outputs: dict, batched: bool, classes: int | None, cycles, seconds: float) -> None:
+    import json
+
+    doc = {
+        "engine": engine,
+        "outputs": {name: {"shape": list(np.shape(v)), "argmax": _argmax_list(np.asarray(v), batched, classes)}
+                    for name, v in outputs.items()},
+        "cycles": cycles,
+        "seconds": round(seconds, 3),
+    }
+    console.print_json(json.dumps(doc)) if console.is_terminal else print(json.dumps(doc))
+
+
 @app.command()
 def run(
     model: Path = typer.Argument(..., help="A .tmodel manifest."),
@@ -111,14 +142,25 @@ def run(
     trace_at: int = typer.Option(None, "--trace-at", min=0, help="Dump the emulator's state when the program counter reaches PC (before instruction #PC)."),
     trace_file: Path = typer.Option(None, "--trace-file", help="Where --trace-at writes (.npz); default MODEL.tracePC.npz in the current folder."),
     trace_range: list[str] = typer.Option(None, "--trace-range", help="Dump only MEMORY[:FIRST[:COUNT]] (local, acc, dram0, dram1); repeatable."),
+    engine: str = typer.Option("emulator", "--engine", help="emulator (bit-exact, fast) or rtl (the generated hardware under Verilator, with clock counts)."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object: outputs (shapes, argmax), cycles (RTL; null on the emulator), seconds."),
+    threads: int = typer.Option(None, "--threads", min=1, help="Batch items run in parallel (emulator threads, RTL processes)."),
+    dram_latency: int = typer.Option(None, "--dram-latency", min=0, help="RTL engine: clocks from an AXI read request to its first beat (default 32)."),
 ) -> None:
-    """Run a compiled model on the bit-exact emulator and summarise its outputs."""
+    """Run a compiled model on the bit-exact emulator (or the RTL) and summarise its outputs."""
     import systolix
     from systolix.emulator.trace import parse_range
 
     require_file(model, "model manifest")
+    if engine not in ("emulator", "rtl"):
+        raise SystolixError(f"--engine {engine!r}: emulator or rtl")
     if (trace_file is not None or trace_range) and trace_at is None:
         raise SystolixError("--trace-file and --trace-range need --trace-at PC")
+    if engine == "rtl" and trace_at is not None:
+        raise SystolixError("--trace-at is an emulator feature; the RTL engine has no tracing (use --engine emulator)")
+    if dram_latency is not None and engine != "rtl":
+        raise SystolixError("--dram-latency applies to the RTL engine (--engine rtl)")
+    engine_options = _engine_options(engine, dram_latency)
     ranges = [parse_range(r) for r in trace_range or []]
     loaded = systolix.load(model)
     if output:
@@ -130,13 +172,16 @@ def run(
         if trace_at is not None:
             raise SystolixError(f"{model}: --trace-at works on a single accelerator program, this model is partitioned")
         started = time.perf_counter()
-        outputs = loaded.run(inputs, batch=True if batch else None)
+        outputs = loaded.run(inputs, batch=True if batch else None, threads=threads, **engine_options)
         seconds = time.perf_counter() - started
         if output:
             _write_outputs(output, outputs)
         first = next(iter(inputs.values()))
         batched = np.ndim(first) == len(loaded.input_shapes[next(iter(inputs))]) + 1
         count = int(np.shape(first)[0]) if batched else 1
+        if json_output:
+            _print_json(engine, outputs, batched, classes, None, seconds)
+            return
         table = Table(title=f"{loaded.name}: {count} input{'s' if count > 1 else ''} (accelerator and host segments)")
         for col in ("output", "shape", "argmax"):
             table.add_column(col)
@@ -156,18 +201,33 @@ def run(
 
     started = time.perf_counter()
     total = len(loaded.program)
-    with Progress(
-        TextColumn("emulating"), BarColumn(), MofNCompleteColumn(), TextColumn("instructions"), TimeElapsedColumn(),
-        console=err_console, transient=True,
-    ) as bar:
-        task = bar.add_task("run", total=total)
-        runner = loaded.run_vectors if raw_vectors else loaded.run_detailed
-        result = runner(inputs, batch=True if batch else None,
-                        progress=lambda done, _total: bar.update(task, completed=done), **options)
+    runner = loaded.run_vectors if raw_vectors else loaded.run_detailed
+    if engine == "rtl":
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("inputs"),
+                      TimeElapsedColumn(), console=err_console, transient=True) as bar:
+            task = bar.add_task("building the RTL model", total=None)
+            engine_options["rtl"]["progress"] = lambda what: bar.update(task, description=what)
+            result = runner(inputs, batch=True if batch else None, threads=threads,
+                            progress=lambda done, count: bar.update(task, description="co-simulating", completed=done,
+                                                                    total=count), **engine_options)
+    else:
+        with Progress(
+            TextColumn("emulating"), BarColumn(), MofNCompleteColumn(), TextColumn("instructions"), TimeElapsedColumn(),
+            console=err_console, transient=True,
+        ) as bar:
+            task = bar.add_task("run", total=total)
+            result = runner(inputs, batch=True if batch else None, threads=threads,
+                            progress=lambda done, _total: bar.update(task, completed=done), **options)
     seconds = time.perf_counter() - started
 
     if output:
         _write_outputs(output, result.outputs)
+    if json_output:
+        cycles = getattr(result.result, "cycles", None)
+        if cycles is not None and not result.batched:
+            cycles = cycles[0]
+        _print_json(engine, result.outputs, result.batched, classes, cycles, seconds)
+        return
 
     specs = {s.name: s for s in loaded.outputs}
     table = Table(title=f"{loaded.name}: {result.batch} input{'s' if result.batch > 1 else ''}")
@@ -183,6 +243,10 @@ def run(
     console.print(f"saturation events: {r.saturation_total:,}" + (f" ({kinds})" if kinds else ""))
     if result.input_saturations:
         console.print(f"input values saturated on conversion to {loaded.arch.data_type.name}: {result.input_saturations:,}")
+    cycles = getattr(r, "cycles", None)
+    if cycles is not None:
+        spread = f"{min(cycles):,}" if min(cycles) == max(cycles) else f"{min(cycles):,} to {max(cycles):,}"
+        console.print(f"RTL: {spread} clocks per input")
     console.print(f"{r.instructions:,} instructions for {result.batch} input(s) in {seconds:.2f} s "
                   f"({result.batch / seconds:.1f} inputs/s)")
     if trace_at is not None:

@@ -412,6 +412,10 @@ def _extent(addr: np.ndarray, stride_log2: np.ndarray, size: np.ndarray, mask: n
 def simulate(program: DecodedProgram, board: Board, arch: Architecture | None = None) -> Timeline:
     """Time a decoded program on a board (``arch`` defaults to the board's architecture)."""
     arch = arch or board.architecture
+    if board.timing == "rtl":
+        from systolix.perf.rtl_timing import simulate_rtl
+
+        return simulate_rtl(program, arch)
     params = TimingParameters.of(board, arch)
     op = program.opcode.astype(np.int64)
     fl = program.flags.astype(np.int64)

@@ -228,11 +228,16 @@ class Model:
         batch: bool | None = None,
         progress: Callable[[int, int], None] | None = None,
         threads: int | None = None,
+        engine: str = "emulator",
+        rtl: Mapping[str, Any] | None = None,
         **run_options,
     ) -> ModelRun:
         """Run and return the outputs with their raw fixed-point values and the run's statistics.
 
-        ``threads`` splits the batch across that many threads (default 1).
+        ``threads`` splits the batch across that many threads (default 1). ``engine="rtl"`` runs
+        the program on the generated hardware under Verilator instead of the emulator (one
+        co-simulation per batch item; ``rtl`` holds ``systolix.rtl.cosim.RtlMachine`` options such
+        as ``dram``), and the result carries the RTL's clock counts (``result.cycles``).
         """
         given = self._collect(inputs)
         vectors: dict[str, np.ndarray] = {}
@@ -248,7 +253,7 @@ class Model:
         batched = bool(batched_flags and batched_flags[0])
 
         dtype = self.arch.data_type
-        emulator = Emulator(self.arch, batch=batch_size, threads=threads)
+        emulator = self._machine(engine, batch_size, threads, rtl)
         for base, consts in self.constants:
             emulator.write(self.constants_memory, base, consts)
         stats = ConversionStats()
@@ -269,7 +274,19 @@ class Model:
                 value = vectors_to_tensor(floats, spec.shape, spec.layout)
             outputs[spec.name] = value if batched else value[0]
         return ModelRun(outputs, raw_outputs, result, stats.total, batch_size, batched,
-                        extra={"emulator": emulator})
+                        extra={"emulator": emulator, "engine": engine})
+
+    def _machine(self, engine: str, batch: int, threads: int | None, rtl: Mapping[str, Any] | None):
+        """What runs the program: the emulator, or the generated RTL under co-simulation."""
+        if engine == "emulator":
+            if rtl:
+                raise RuntimeInputError("RTL options were given, but the engine is the emulator")
+            return Emulator(self.arch, batch=batch, threads=threads)
+        if engine == "rtl":
+            from systolix.rtl.cosim import RtlMachine
+
+            return RtlMachine(self.arch, batch=batch, threads=threads, **dict(rtl or {}))
+        raise RuntimeInputError(f"unknown engine {engine!r}: 'emulator' or 'rtl'")
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{s.name}{list(s.shape) if s.shape else f'[{s.size} vectors]'}" for s in self.inputs)

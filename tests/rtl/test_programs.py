@@ -1,0 +1,111 @@
+"""Real programs on the generated RTL, through the same driver as the emulator.
+
+Tensil's compiled speech model (8x8) and our compiles of the digits CNN and ResNet-20 v2 for
+``pynqz1`` must give outputs identical to the emulator's, bit for bit, through
+``engine="rtl"`` and ``systolix run --engine rtl``; the ``rtl`` board of the timing model must
+predict the RTL's clock count exactly. The full-size 32x32 runs of Tensil's five ResNet-20
+programs against the two real boards' printed outputs are slow (a minute or two per image).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import systolix
+from systolix.artifacts import read_vectors_csv
+from systolix.perf.rtl_timing import simulate_rtl
+from tests.cli_helpers import run_cli
+from tests.conftest import RESNET20, SPEECH
+from tests.e2e.test_tensil_conformance import EXPECTED, ONE, PROGRAMS, check_against_boards, manifest
+
+
+def run_rtl(model, inputs, **options):
+    """The emulator's and the RTL's detailed runs of the same inputs."""
+    runner = model.run_vectors if model.inputs[0].vectors_only else model.run_detailed
+    emulated = runner(inputs, **options)
+    cosimulated = runner(inputs, engine="rtl", **options)
+    return emulated, cosimulated
+
+
+def test_tensils_speech_program_runs_bit_exact_and_clock_exact():
+    model = systolix.load(SPEECH / "speech_commands_onnx_speech_robot.tmodel")
+    vectors = read_vectors_csv(SPEECH / "speech_commands_input_1x8.csv", 8)
+    emulated, rtl = run_rtl(model, {"input_1": vectors})
+    for name in emulated.raw_outputs:
+        assert np.array_equal(emulated.raw_outputs[name], rtl.raw_outputs[name]), name
+    (cycles,) = rtl.result.cycles
+    assert cycles == simulate_rtl(model.program, model.arch).cycles
+    # The estimate command gives the same count on the rtl board.
+    proc = run_cli("estimate", SPEECH / "speech_commands_onnx_speech_robot.tmodel", "--board", "rtl", "--json",
+                   check=True)
+    assert json.loads(proc.stdout)["cycles"] == cycles
+
+
+@pytest.fixture(scope="module")
+def pynqz1_models(tmp_path_factory):
+    from systolix.models import build, example_inputs
+
+    compiled = {}
+    for name in ("digits_cnn", "resnet20v2"):
+        folder = tmp_path_factory.mktemp(name)
+        onnx_model = build(name)
+        path = systolix.compile(onnx_model, "pynqz1").save(folder)
+        inputs = {k: np.stack([example_inputs(onnx_model, seed)[k] for seed in (0, 1)]) for k in
+                  example_inputs(onnx_model, 0)}
+        compiled[name] = (path, inputs)
+    return compiled
+
+
+@pytest.mark.parametrize("name", ["digits_cnn", "resnet20v2"])
+def test_our_compiles_for_pynqz1_give_the_emulators_outputs(pynqz1_models, name):
+    path, inputs = pynqz1_models[name]
+    model = systolix.load(path)
+    emulated, rtl = run_rtl(model, inputs, batch=True, threads=2)
+    for output in emulated.raw_outputs:
+        assert np.array_equal(emulated.raw_outputs[output], rtl.raw_outputs[output]), output
+        assert np.array_equal(emulated.outputs[output], rtl.outputs[output])
+    predicted = simulate_rtl(model.program, model.arch).cycles
+    assert rtl.result.cycles == [predicted, predicted]  # the same program takes the same time on every input
+
+
+def test_cli_run_with_the_rtl_engine_prints_outputs_cycles_and_seconds(pynqz1_models, tmp_path):
+    path, inputs = pynqz1_models["digits_cnn"]
+    x = tmp_path / "x.npy"
+    np.save(x, next(iter(inputs.values())))
+    emulated = json.loads(run_cli("run", path, "--input", x, "--batch", "--json", check=True).stdout)
+    rtl = json.loads(run_cli("run", path, "--input", x, "--batch", "--json", "--engine", "rtl", check=True).stdout)
+    assert emulated["cycles"] is None and emulated["engine"] == "emulator"
+    assert rtl["engine"] == "rtl" and rtl["outputs"] == emulated["outputs"]
+    model = systolix.load(path)
+    assert rtl["cycles"] == [simulate_rtl(model.program, model.arch).cycles] * 2
+    assert rtl["seconds"] > 0
+
+
+@pytest.fixture(scope="module")
+def cifar():
+    return read_vectors_csv(RESNET20 / "cifar_10x32.csv", 32).reshape(10, 1024, 32)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_tensils_resnet20_programs_on_the_32x32_rtl_print_what_the_boards_printed(program, cifar):
+    """Images 7 and 9 (the two real boards' printed outputs) on every program, bit for bit, and
+    the clock count the timing model predicts."""
+    model = systolix.load(manifest(program))
+    images = [board["image_index"] for board in EXPECTED["hardware_outputs"]]
+    run = model.run_detailed({"x:0": cifar[images]}, batch=True, engine="rtl", threads=2)
+    raw = run.raw_outputs["Identity:0"][:, 0, :10]
+    for k, board in enumerate(EXPECTED["hardware_outputs"]):
+        printed = np.array(board["first_10_of_Identity:0"]) * ONE
+        assert raw[k].tolist() == printed.astype(np.int64).tolist(), board["board"]
+    assert run.result.cycles == [simulate_rtl(model.program, model.arch).cycles] * 2
+
+
+@pytest.mark.slow
+def test_tensils_baseline_resnet20_on_the_32x32_rtl_gives_all_ten_golden_classes(cifar):
+    model = systolix.load(manifest("baseline"))
+    run = model.run_detailed({"x:0": cifar}, batch=True, engine="rtl", threads=2)
+    check_against_boards(run.raw_outputs["Identity:0"][:, 0, :10])
