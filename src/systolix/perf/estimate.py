@@ -125,13 +125,32 @@ class Estimate:
 
 
 def load_program(tmodel_path: str | Path) -> tuple[TModel, DecodedProgram]:
-    """A ``.tmodel`` and its decoded program."""
+    """A ``.tmodel`` and its decoded program, after the checks ``systolix run`` makes.
+
+    The manifest's files must be regular files inside its folder, its constants, inputs and
+    outputs must lie inside the architecture's memories, and every address the program uses
+    must too (``systolix.emulator.bounds``): a program that ``run`` would stop at instruction
+    #i is refused here with the same message. Raises ``ArtifactError``, ``DecodingError`` and
+    ``EmulatorError``.
+    """
+    from systolix.artifacts.files import read_member
+    from systolix.emulator import EmulatorError, analyse
+
     path = Path(tmodel_path)
     if path.suffix != ".tmodel":
         raise ArtifactError(f"{path}: expected a .tmodel manifest")
     model = TModel.load(path)
-    prog_path = path.parent / model.prog.file_name
-    program = decode_program(prog_path.read_bytes(), InstructionLayout.of(model.arch), str(prog_path))
+    model.check_spans(str(path))
+    name = model.prog.file_name
+    data = read_member(path.parent, name, "prog.file_name", str(path), "program", count=model.prog.size + 1)
+    if len(data) != model.prog.size:
+        raise ArtifactError(f"{path}: prog.size says {model.prog.size} bytes but {name} has "
+                            f"{'more' if len(data) > model.prog.size else len(data)}")
+    prog_path = path.parent / name
+    program = decode_program(data, InstructionLayout.of(model.arch), str(prog_path))
+    violation = analyse(program, model.arch, str(prog_path)).violation
+    if violation is not None:
+        raise EmulatorError(violation.message)
     return model, program
 
 
@@ -288,18 +307,21 @@ def estimate(
 
 def segment_manifests(tmodel_path: str | Path) -> list[dict] | None:
     """For a model partitioned between accelerator and host (``systolix.segments``), its
-    segments in order (``kind``, ``nodes``, and ``tmodel`` or ``onnx``); None for a plain model."""
+    segments in order (``kind``, ``nodes``, and ``tmodel`` or ``onnx``); None for a plain model.
+
+    Raises ``ArtifactError`` for a malformed manifest or an accelerator segment's ``.tmodel``
+    that is outside the folder, missing or not a regular file."""
+    from systolix.artifacts.files import member_size
+
     path = Path(tmodel_path)
     model = TModel.load(path)
-    segments = (model.systolix or {}).get("segments")
-    if not segments:
+    ext = model.extension
+    if ext is None or not ext.segments:
         return None
-    for i, seg in enumerate(segments):
-        if not isinstance(seg, dict) or seg.get("kind") not in ("accelerator", "host"):
-            raise ArtifactError(f"{path}: systolix.segments[{i}]: expected an object with kind accelerator or host")
-        if seg["kind"] == "accelerator" and not (path.parent / str(seg.get("tmodel", ""))).is_file():
-            raise ArtifactError(f"{path}: systolix.segments[{i}]: its .tmodel {seg.get('tmodel')!r} is missing")
-    return segments
+    for i, seg in enumerate(ext.segments):
+        if seg.kind == "accelerator":
+            member_size(path.parent, seg.tmodel, f"systolix.segments[{i}].tmodel", str(path))
+    return [seg.model_dump() for seg in ext.segments]
 
 
 def estimate_partitioned(tmodel_path: str | Path, board: Board) -> tuple[Estimate, list[dict]]:
@@ -321,7 +343,10 @@ def estimate_partitioned(tmodel_path: str | Path, board: Board) -> tuple[Estimat
             parts.append({"kind": "host", "name": seg.get("onnx", ""), "nodes": seg.get("nodes", []),
                           "estimate": None, "note": "runs on the host CPU (onnxruntime): not timed"})
             continue
-        e = estimate(path.parent / seg["tmodel"], board)
+        sub = path.parent / seg["tmodel"]
+        if TModel.load(sub).partitioned:
+            raise ArtifactError(f"{path}: segment {seg['tmodel']!r} is itself partitioned; an accelerator segment is one program")
+        e = estimate(sub, board)
         estimates.append(e)
         parts.append({"kind": "accelerator", "name": seg["tmodel"], "nodes": seg.get("nodes", []), "estimate": e})
     if not estimates:
