@@ -40,6 +40,11 @@ class EmulatorError(SystolixError):
     """A program cannot run: an address past a memory, an unimplemented instruction."""
 
 
+def lut_message(source: str, index: int) -> str:
+    """Why a program with a LoadLUT at ``index`` cannot run."""
+    return f"{source}: instruction #{index} (LoadLUT) is not implemented by any Tensil hardware; the program cannot run"
+
+
 class SpanMemory:
     """A DRAM that stores only the address spans in use, each contiguous in ``data``.
 
@@ -229,8 +234,8 @@ class Emulator:
         """Refuse, before allocating, memories of ``vectors`` per batch item past the memory limit."""
         n = self.arch.array_size
         item = np.dtype(self._storage).itemsize
-        fixed = self.batch * ((n + 1) * n + self.arch.simd_registers_depth * n) * item
-        total = fixed + self.batch * sum(vectors.values()) * n * item
+        vectors = {"weights": n + 1, "registers": self.arch.simd_registers_depth, **vectors}
+        total = self.batch * sum(vectors.values()) * n * item
         if total <= self.memory_limit:
             return
         from systolix.limits import MemoryLimitError, format_bytes, limit_source
@@ -240,8 +245,8 @@ class Emulator:
         hint = "; run fewer inputs at a time" if self.batch > 1 else ""
         raise MemoryLimitError(
             f"{source}: the emulator would need {format_bytes(total)} for this run ({self.batch:,} input"
-            f"{'s' if self.batch > 1 else ''} x ({parts} vectors) x {n} values x {item} bytes, and the weights and "
-            f"registers), more than the memory limit of {format_bytes(self.memory_limit)} ({where}){hint}")
+            f"{'s' if self.batch > 1 else ''} x ({parts} vectors) x {n} values x {item} bytes), more than the "
+            f"memory limit of {format_bytes(self.memory_limit)} ({where}){hint}")
 
     def reserve(self, needed: dict[str, int] | None = None, spans: dict[str, np.ndarray] | None = None,
                 source: str = "emulator") -> None:
@@ -472,10 +477,7 @@ class Emulator:
                 i, status = outcomes[0]
                 self.config[:] = configs[0]
                 if status == kernels.STATUS_LOADLUT:
-                    raise EmulatorError(
-                        f"{source}: instruction #{i} (LoadLUT) is not implemented by any Tensil hardware; "
-                        "the program cannot run"
-                    )
+                    raise EmulatorError(lut_message(source, i))
                 if status == kernels.STATUS_TRACEPOINT:
                     fire(i)
                 if progress is not None:

@@ -135,6 +135,8 @@ def load_program(tmodel_path: str | Path) -> tuple[TModel, DecodedProgram]:
     """
     from systolix.artifacts.files import read_member
     from systolix.emulator import EmulatorError, analyse
+    from systolix.emulator.machine import lut_message
+    from systolix.isa import Opcode
 
     path = Path(tmodel_path)
     if path.suffix != ".tmodel":
@@ -148,7 +150,14 @@ def load_program(tmodel_path: str | Path) -> tuple[TModel, DecodedProgram]:
                             f"{'more' if len(data) > model.prog.size else len(data)}")
     prog_path = path.parent / name
     program = decode_program(data, InstructionLayout.of(model.arch), str(prog_path))
+    from systolix.runtime.model import check_layer_map, tensor_specs
+
+    tensor_specs(model, str(path))
+    check_layer_map(model, len(program), str(path))
     violation = analyse(program, model.arch, str(prog_path)).violation
+    lut = np.flatnonzero(program.opcode[: violation.index if violation else len(program)] == Opcode.LOADLUT)
+    if lut.size:  # what run stops at first, estimate refuses with the same message
+        raise EmulatorError(lut_message(str(prog_path), int(lut[0])))
     if violation is not None:
         raise EmulatorError(violation.message)
     return model, program
@@ -309,8 +318,8 @@ def segment_manifests(tmodel_path: str | Path) -> list[dict] | None:
     """For a model partitioned between accelerator and host (``systolix.segments``), its
     segments in order (``kind``, ``nodes``, and ``tmodel`` or ``onnx``); None for a plain model.
 
-    Raises ``ArtifactError`` for a malformed manifest or an accelerator segment's ``.tmodel``
-    that is outside the folder, missing or not a regular file."""
+    Raises ``ArtifactError`` for a malformed manifest or a segment file (``.tmodel`` or ``.onnx``)
+    outside the folder, missing or not a regular file."""
     from systolix.artifacts.files import member_size
 
     path = Path(tmodel_path)
@@ -318,9 +327,9 @@ def segment_manifests(tmodel_path: str | Path) -> list[dict] | None:
     ext = model.extension
     if ext is None or not ext.segments:
         return None
-    for i, seg in enumerate(ext.segments):
-        if seg.kind == "accelerator":
-            member_size(path.parent, seg.tmodel, f"systolix.segments[{i}].tmodel", str(path))
+    for i, seg in enumerate(ext.segments):  # what run would refuse, estimate refuses (host files are not read)
+        field = "tmodel" if seg.kind == "accelerator" else "onnx"
+        member_size(path.parent, getattr(seg, field), f"systolix.segments[{i}].{field}", str(path))
     return [seg.model_dump() for seg in ext.segments]
 
 

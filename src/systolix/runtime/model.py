@@ -35,7 +35,8 @@ def check_input(name: str, value: Any, *, allow_nonfinite: bool = False, what: s
     """``value`` as a NumPy array of real numbers, or ``RuntimeInputError`` naming ``name``.
 
     Refused: what NumPy cannot make an array of numbers from (ragged lists, strings, objects),
-    complex values, and (unless ``allow_nonfinite``) NaN or infinite values. With
+    complex values, and (unless ``allow_nonfinite``) NaN or infinite values (float64 values past
+    float32's range count as infinite: the model computes in float32). With
     ``allow_nonfinite`` they run as Tensil's driver converts them: NaN becomes 0 and infinities
     saturate at the data type's range (a FLOAT32 architecture keeps them).
     """
@@ -48,9 +49,11 @@ def check_input(name: str, value: Any, *, allow_nonfinite: bool = False, what: s
     if a.dtype.kind not in "fiub":
         raise RuntimeInputError(f"{what} {name!r}: expected numbers, got an array of {a.dtype}")
     if a.dtype.kind == "f" and not allow_nonfinite:
-        bad = ~np.isfinite(a)
+        # The model computes in float32: a float64 past float32's range is infinite there.
+        with np.errstate(over="ignore"):
+            bad = ~np.isfinite(a.astype(np.float32, copy=False))
         if bad.any():
-            nan = int(np.count_nonzero(np.isnan(a)))
+            nan = int(np.count_nonzero(np.isnan(a)))  # the rest are infinite (or beyond float32)
             inf = int(np.count_nonzero(bad)) - nan
             first = [int(i) for i in np.unravel_index(int(np.flatnonzero(bad.reshape(-1))[0]), a.shape)] if a.ndim else []
             counts = " and ".join(t for t in (f"{nan:,} NaN" if nan else "", f"{inf:,} infinite" if inf else "") if t)
@@ -64,6 +67,51 @@ def check_input(name: str, value: Any, *, allow_nonfinite: bool = False, what: s
 def _nonempty(name: str, batch: np.ndarray) -> None:
     if batch.shape[0] == 0:
         raise RuntimeInputError(f"input {name!r} holds a batch of 0 items: nothing to run")
+
+
+def tensor_specs(manifest: TModel, source: str) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The inputs' and outputs' specs: each DRAM0 span with, where the ``systolix`` key records
+    it, its tensor's shape and layout; ``ArtifactError`` where a shape and its layout do not take
+    exactly the span's vectors."""
+    ext = manifest.extension
+    arch = manifest.arch
+    result = []
+    for what, spans, entries in (("inputs", manifest.inputs, ext.inputs if ext else []),
+                                 ("outputs", manifest.outputs, ext.outputs if ext else [])):
+        by_name = {entry.name: entry for entry in entries}
+        specs = []
+        for span in spans:
+            entry = by_name.get(span.name)
+            if entry is None or entry.shape is None:
+                specs.append(TensorSpec(span.name, span.base, span.size))
+                continue
+            shape = tuple(entry.shape)
+            layout = entry.layout.model_dump() if entry.layout is not None else None
+            if not layout:  # no layout recorded: the tensor as it is, its last axis padded to whole vectors
+                n = arch.array_size
+                last = shape[-1] if shape else 1
+                layout = {"perm": list(range(len(shape))), "padded_channels": max(1, -(-last // n)) * n}
+            try:
+                need = vector_count(shape, layout, arch.array_size)
+            except ArtifactError as e:
+                raise ArtifactError(f"{source}: systolix.{what} {span.name!r}: {e}") from None
+            if need != span.size:
+                raise ArtifactError(
+                    f"{source}: systolix.{what} {span.name!r}: shape {list(shape)} with its layout takes {need:,} "
+                    f"vectors but the DRAM0 span has {span.size:,}"
+                )
+            specs.append(TensorSpec(span.name, span.base, span.size, shape, layout))
+        result.append(specs)
+    return result[0], result[1]
+
+
+def check_layer_map(manifest: TModel, instructions: int, source: str) -> None:
+    """Every layer of ``systolix.layers`` covers instructions of the program (``ArtifactError``)."""
+    ext = manifest.extension
+    for i, layer in enumerate((ext.layers or []) if ext else []):
+        if layer.end > instructions:
+            raise ArtifactError(f"{source}: systolix.layers[{i}] ({layer.name!r}): instruction range [{layer.first}, "
+                                f"{layer.end}) is outside the program's {instructions} instructions")
 
 
 class SaturationWarning(UserWarning):
@@ -144,37 +192,8 @@ class Model:
             self.constants.append((c.base, unpack_vectors(raw, self.arch.data_type, n, str(self.directory / c.file_name))))
         self.constants_memory = target
 
-        ext = manifest.extension
-        self.inputs = self._specs(manifest.inputs, ext.inputs if ext else [], "inputs")
-        self.outputs = self._specs(manifest.outputs, ext.outputs if ext else [], "outputs")
-
-    def _specs(self, spans, extension, what: str) -> list[TensorSpec]:
-        from systolix.errors import ArtifactError as _ArtifactError
-
-        by_name = {entry.name: entry for entry in extension or []}
-        specs = []
-        for span in spans:
-            entry = by_name.get(span.name)
-            if entry is None or entry.shape is None:
-                specs.append(TensorSpec(span.name, span.base, span.size))
-                continue
-            shape = tuple(entry.shape)
-            layout = entry.layout.model_dump() if entry.layout is not None else None
-            if not layout:  # no layout recorded: the tensor as it is, its last axis padded to whole vectors
-                n = self.arch.array_size
-                last = shape[-1] if shape else 1
-                layout = {"perm": list(range(len(shape))), "padded_channels": max(1, -(-last // n)) * n}
-            try:
-                need = vector_count(shape, layout, self.arch.array_size)
-            except _ArtifactError as e:
-                raise _ArtifactError(f"{self.source}: systolix.{what} {span.name!r}: {e}") from None
-            if need != span.size:
-                raise ArtifactError(
-                    f"{self.source}: systolix.{what} {span.name!r}: shape {list(shape)} with its layout takes {need:,} "
-                    f"vectors but the DRAM0 span has {span.size:,}"
-                )
-            specs.append(TensorSpec(span.name, span.base, span.size, shape, layout))
-        return specs
+        self.inputs, self.outputs = tensor_specs(manifest, source)
+        check_layer_map(manifest, len(self.program), source)
 
     @classmethod
     def load(cls, path: str | Path) -> "Model":
