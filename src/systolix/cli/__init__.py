@@ -8,6 +8,7 @@ line on stderr and exit status 2; anything else is a bug and keeps its traceback
 from __future__ import annotations
 
 import sys
+import warnings
 
 import typer
 
@@ -42,6 +43,12 @@ def _usage_message(error) -> str:
     return f"{message} (see '{command} --help')"
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line on stderr: ``warning: <message>``."""
+    text = " ".join(str(message).split())
+    sys.stderr.write(f"warning: {text}\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``systolix`` script (``argv``: the arguments, default ``sys.argv[1:]``).
 
@@ -56,7 +63,11 @@ def main(argv: list[str] | None = None) -> None:
     if not args:  # no command: the help text, as `systolix --help` prints it
         args = ["--help"]
     command = get_command(app)
-    with handle_errors():
+    with handle_errors(), warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        # NumPy's notes on arithmetic (a constant folded to NaN, an overflow in a statistic) are
+        # not the user's business; where they matter, our own checks say so in words.
+        warnings.filterwarnings("ignore", category=RuntimeWarning)
         try:
             code = command.main(args=args, prog_name="systolix", standalone_mode=False)
         except UsageError as e:
