@@ -75,7 +75,9 @@ def _split(source: str, graph: Graph, arrays: Mapping[str, Any]) -> list[dict[st
 
 
 def calibration_samples(calibration: Any, graph: Graph) -> list[dict[str, np.ndarray]]:
-    """One dict of ONNX-shaped arrays per sample; a ``CalibrationError`` naming the problem."""
+    """One dict of ONNX-shaped arrays per sample; a ``CalibrationError`` naming the problem (an
+    unreadable or non-``.npz`` file, a missing or unknown input, a wrong shape, complex,
+    non-numeric, NaN or infinite values, no samples)."""
     if isinstance(calibration, (str, Path)):
         path = Path(calibration)
         return _split(str(path), graph, _load_npz(path))

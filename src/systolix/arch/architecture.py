@@ -81,7 +81,7 @@ class Architecture(BaseModel):
 
     @classmethod
     def from_tarch(cls, data: Any, source: str = "architecture") -> "Architecture":
-        """Validate a ``.tarch`` JSON object; errors name ``source`` and the field."""
+        """Validate a ``.tarch`` JSON object; ``ArchitectureError`` names ``source`` and the field."""
         if not isinstance(data, dict):
             raise ArchitectureError(f"{source}: expected a JSON object, got {type(data).__name__}")
         missing = [k for k in TARCH_KEYS if k not in data and k not in ("number_of_threads", "thread_queue_depth")]

@@ -396,7 +396,9 @@ class Emulator:
 
         Raises ``EmulatorError`` naming the instruction, its text and the address when an
         instruction reaches outside a memory (the instructions before it have run), and on
-        LoadLUT, which no hardware implements.
+        LoadLUT, which no hardware implements; ``MemoryLimitError`` (before anything is
+        allocated) when the memories the program addresses, times the batch, exceed
+        ``memory_limit``.
         """
         started = time.perf_counter()
         prog = self._decode(program, source)

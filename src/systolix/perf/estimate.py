@@ -283,6 +283,11 @@ def estimate(
     ``program`` is a decoded program or a ``.tmodel`` path. With a manifest (``model``), its
     architecture replaces the board's, its inputs and outputs give the host's per-frame I/O,
     and its ``systolix.layers`` (if any) the layer map.
+
+    A ``.tmodel`` path is read by ``load_program``, which makes ``run``'s checks: it raises
+    ``ArtifactError``, ``DecodingError`` and ``EmulatorError`` (an address past a memory,
+    LoadLUT) with the message ``run`` would print. A layer map outside the program is an
+    ``ArtifactError``.
     """
     if isinstance(program, (str, Path)):
         model, program = load_program(program)
