@@ -277,3 +277,19 @@ def test_bad_memory_limit_settings(ws, text):
         else:
             os.environ["SYSTOLIX_MEMORY_LIMIT"] = old
     count("memory: a malformed SYSTOLIX_MEMORY_LIMIT (run)")
+
+
+@pytest.mark.parametrize("copies", [700, 5000])
+def test_constants_past_the_memory_limit_are_refused_before_reading(ws, monkeypatch, copies):
+    """A manifest listing the same constants file many times: refused from the manifest's sizes
+    before any constants are read."""
+    monkeypatch.setenv("SYSTOLIX_MEMORY_LIMIT", "100K")
+    folder = ws.copy(ws.tiny)
+    manifest = tiny_manifest(folder)
+    d = json.loads(manifest.read_text())
+    d["consts"] = d["consts"] * copies
+    manifest.write_text(json.dumps(d))
+    assert_clean_error(cli("run", manifest, "-i", ws.root / "x.npy"), "constants would need", "memory limit")
+    with pytest.raises(MemoryLimitError):
+        systolix.load(manifest)
+    count("memory: constants past the memory limit (run, API)")

@@ -105,6 +105,23 @@ def tensor_specs(manifest: TModel, source: str) -> tuple[list[TensorSpec], list[
     return result[0], result[1]
 
 
+def constants_bytes(manifest: TModel) -> int:
+    """Bytes the manifest's constants take once read (raw values, 8 bytes a scalar)."""
+    storage = np.dtype(manifest.arch.data_type.storage_dtype).itemsize
+    return sum(c.size for c in manifest.consts) * manifest.arch.array_size * storage
+
+
+def check_constants_fit(manifest: TModel, source: str, already: int = 0) -> None:
+    """``MemoryLimitError`` if reading the constants (plus ``already`` bytes) would pass the limit."""
+    from systolix.limits import MemoryLimitError, format_bytes, limit_source, memory_limit
+
+    need = already + constants_bytes(manifest)
+    limit = memory_limit()
+    if need > limit:
+        raise MemoryLimitError(f"{source}: the constants would need {format_bytes(need)} once read, more than the "
+                               f"memory limit of {format_bytes(limit)} ({limit_source()})")
+
+
 def check_layer_map(manifest: TModel, instructions: int, source: str) -> None:
     """Every layer of ``systolix.layers`` covers instructions of the program (``ArtifactError``)."""
     ext = manifest.extension
@@ -178,6 +195,7 @@ class Model:
                                 f"{'more' if len(data) > manifest.prog.size else len(data)}")
         self.program: DecodedProgram = decode_program(data, InstructionLayout.of(self.arch), str(self.directory / prog_name))
 
+        check_constants_fit(manifest, source)
         self.constants: list[tuple[int, np.ndarray]] = []
         target = "local" if manifest.load_consts_to_local else "dram1"
         vector_bytes = self.arch.vector_bytes

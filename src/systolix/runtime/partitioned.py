@@ -20,7 +20,7 @@ import numpy as np
 from systolix.artifacts import TModel
 from systolix.artifacts.files import member_path, read_member, shown
 from systolix.errors import ArtifactError
-from systolix.runtime.model import Model, RuntimeInputError, check_input
+from systolix.runtime.model import Model, RuntimeInputError, check_constants_fit, check_input, constants_bytes
 
 
 class HostSegment:
@@ -68,6 +68,7 @@ class PartitionedModel:
         if ext is None or not ext.segments:
             raise ArtifactError(f"{source}: systolix.segments must be a non-empty list")
         self.segments: list[tuple[str, object, dict]] = []
+        constants = 0  # bytes of constants read so far, against the memory limit
         for k, seg in enumerate(ext.segments):
             where = f"{source}: systolix.segments[{k}]"
             entry = seg.model_dump()
@@ -77,6 +78,8 @@ class PartitionedModel:
                 if sub.partitioned:
                     raise ArtifactError(f"{where}: {shown(seg.tmodel)} is itself partitioned; an accelerator segment "
                                         "is one program (segments: null)")
+                check_constants_fit(sub, str(path), already=constants)
+                constants += constants_bytes(sub)
                 runner = Model(sub, path.parent, str(path))
                 names = [s.name for s in runner.inputs], [s.name for s in runner.outputs]
             else:
