@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import time
 from pathlib import Path
@@ -90,6 +91,17 @@ def _write_outputs(path: Path, outputs: dict[str, np.ndarray]) -> None:
         raise SystolixError(f"{path}: cannot write outputs: {e.strerror}") from None
 
 
+@contextlib.contextmanager
+def _naming(path: Path):
+    """An input the model refuses (``RuntimeInputError``): the message starts with the input file."""
+    from systolix.runtime import RuntimeInputError
+
+    try:
+        yield
+    except RuntimeInputError as e:
+        raise RuntimeInputError(f"{path}: {e}") from None
+
+
 def _argmax_text(value: np.ndarray, batched: bool, classes: int | None, padded_note: bool) -> str:
     items = value if batched else value[None]
     per_item = items.reshape(items.shape[0], -1)
@@ -138,7 +150,8 @@ def run(
         if trace_at is not None:
             raise SystolixError(f"{model}: --trace-at works on a single accelerator program, this model is partitioned")
         started = time.perf_counter()
-        outputs = loaded.run(inputs, batch=True if batch else None, allow_nonfinite=allow_nonfinite)
+        with _naming(input):
+            outputs = loaded.run(inputs, batch=True if batch else None, allow_nonfinite=allow_nonfinite)
         seconds = time.perf_counter() - started
         if output:
             _write_outputs(output, outputs)
@@ -170,8 +183,9 @@ def run(
     ) as bar:
         task = bar.add_task("run", total=total)
         runner = loaded.run_vectors if raw_vectors else loaded.run_detailed
-        result = runner(inputs, batch=True if batch else None, allow_nonfinite=allow_nonfinite,
-                        progress=lambda done, _total: bar.update(task, completed=done), **options)
+        with _naming(input):
+            result = runner(inputs, batch=True if batch else None, allow_nonfinite=allow_nonfinite,
+                            progress=lambda done, _total: bar.update(task, completed=done), **options)
     seconds = time.perf_counter() - started
 
     if output:
