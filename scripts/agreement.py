@@ -19,7 +19,6 @@ import time
 import warnings
 
 import numpy as np
-import onnxruntime as ort
 from rich.console import Console
 from rich.table import Table
 
@@ -27,6 +26,7 @@ import systolix.models as M
 from systolix.compiler import compile_model
 from systolix.models.rounded import rounded_feeds, with_rounded_tensors
 from systolix.numerics import DataType
+from systolix.onnxrt import session as ort_session
 from systolix.runtime import SaturationWarning
 
 CLASSIFIERS = ["mlp", "mobilenetv2_block", "resnet20v2"]
@@ -83,9 +83,8 @@ def main() -> None:
             model = M.build(name, **options)
         except M.ModelBuildError as e:
             parser.error(str(e))
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        rounded = ort.InferenceSession(with_rounded_tensors(model).SerializeToString(),
-                                       providers=["CPUExecutionProvider"])
+        session = ort_session(model, source=name)
+        rounded = ort_session(with_rounded_tensors(model), source=f"{name} (every tensor rounded)")
         items = [M.example_inputs(model, seed=k) for k in range(args.inputs)]
         ref = np.array([session.run(None, feeds)[0].reshape(-1) for feeds in items])
         top2 = np.sort(ref, axis=1)[:, -2:]

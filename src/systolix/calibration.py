@@ -8,7 +8,6 @@ dicts, or the path of an ``.npz`` file holding the dict.
 
 from __future__ import annotations
 
-import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,13 +24,16 @@ class CalibrationError(SystolixError):
 
 
 def _load_npz(path: Path) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: np.asarray(data[k]) for k in data.files}
-    except FileNotFoundError:
-        raise CalibrationError(f"{path}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise CalibrationError(f"{path}: not a NumPy .npz file ({e})") from None
+    from systolix.artifacts.arrays import read_arrays
+
+    if path.exists() and not path.is_dir() and path.suffix.lower() == ".npy":
+        raise CalibrationError(f"{path}: calibration samples go in an .npz file, one array per input name "
+                               "(np.savez(path, **{input_name: samples})), not a single .npy array")
+    loaded = read_arrays(path, CalibrationError)
+    if isinstance(loaded, np.ndarray):
+        raise CalibrationError(f"{path}: not a NumPy .npz file (a single .npy array); calibration samples go in an "
+                               ".npz file, one array per input name")
+    return loaded
 
 
 def _split(source: str, graph: Graph, arrays: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
@@ -44,8 +46,13 @@ def _split(source: str, graph: Graph, arrays: Mapping[str, Any]) -> list[dict[st
     counts = {}
     stacked = {}
     for name in graph.inputs:
+        from systolix.runtime.model import RuntimeInputError, check_input
+
         shape = tuple(graph.tensor(name).shape)
-        a = np.asarray(arrays[name], np.float32)
+        try:
+            a = check_input(name, arrays[name], allow_nonfinite=True, what=f"{source}: input").astype(np.float32)
+        except RuntimeInputError as e:
+            raise CalibrationError(str(e)) from None
         if a.shape == shape:
             a = a[None]
         elif a.ndim == len(shape) + 1 and a.shape[1:] == shape:
@@ -68,7 +75,9 @@ def _split(source: str, graph: Graph, arrays: Mapping[str, Any]) -> list[dict[st
 
 
 def calibration_samples(calibration: Any, graph: Graph) -> list[dict[str, np.ndarray]]:
-    """One dict of ONNX-shaped arrays per sample; a ``CalibrationError`` naming the problem."""
+    """One dict of ONNX-shaped arrays per sample; a ``CalibrationError`` naming the problem (an
+    unreadable or non-``.npz`` file, a missing or unknown input, a wrong shape, complex,
+    non-numeric, NaN or infinite values, no samples)."""
     if isinstance(calibration, (str, Path)):
         path = Path(calibration)
         return _split(str(path), graph, _load_npz(path))
@@ -86,8 +95,6 @@ def tensor_values(model: onnx.ModelProto, graph: Graph, samples: list[dict[str, 
                   names: Sequence[str]) -> list[dict[str, np.ndarray]]:
     """For each sample, the float values of the tensors ``names`` as onnxruntime computes them
     (the inputs of accelerator segments that start after a host segment)."""
-    import onnxruntime as ort
-
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     have = {o.name for o in probe.graph.output}
@@ -96,7 +103,9 @@ def tensor_values(model: onnx.ModelProto, graph: Graph, samples: list[dict[str, 
             t = graph.tensor(name)
             elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype))
             probe.graph.output.append(onnx.helper.make_tensor_value_info(name, elem, list(t.shape)))
-    sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    from systolix.onnxrt import session
+
+    sess = session(probe, source="calibration", error=CalibrationError)
     fetch = [n for n in names if n not in graph.inputs]
     out = []
     for feeds in samples:

@@ -161,7 +161,7 @@ def test_short_tdata_is_a_clear_error(tmp_path):
 def test_partitioned_models_go_to_their_own_loader(tmp_path, monkeypatch):
     path = build_model(tmp_path)
     data = json.loads(path.read_text())
-    data["systolix"]["segments"] = [{"kind": "accelerator"}]
+    data["systolix"]["segments"] = [{"kind": "accelerator", "tmodel": "m.tmodel", "inputs": ["x"], "outputs": ["y"]}]
     path.write_text(json.dumps(data))
     fake = types.ModuleType("systolix.runtime.partitioned")
     fake.load_partitioned = lambda p: ("partitioned", Path(p).name)

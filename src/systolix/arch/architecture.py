@@ -81,7 +81,7 @@ class Architecture(BaseModel):
 
     @classmethod
     def from_tarch(cls, data: Any, source: str = "architecture") -> "Architecture":
-        """Validate a ``.tarch`` JSON object; errors name ``source`` and the field."""
+        """Validate a ``.tarch`` JSON object; ``ArchitectureError`` names ``source`` and the field."""
         if not isinstance(data, dict):
             raise ArchitectureError(f"{source}: expected a JSON object, got {type(data).__name__}")
         missing = [k for k in TARCH_KEYS if k not in data and k not in ("number_of_threads", "thread_queue_depth")]
@@ -94,16 +94,14 @@ class Architecture(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> "Architecture":
-        """Read a ``.tarch`` file."""
+        """Read a ``.tarch`` file.
+
+        Raises ``ArchitectureError``: missing or not a regular file, not UTF-8 JSON, a missing
+        key, an unknown key, or a value of the wrong type or out of range."""
+        from systolix.artifacts.files import read_json
+
         path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as e:
-            raise ArchitectureError(f"{path}: cannot read architecture file: {e.strerror}") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ArchitectureError(f"{path}: not valid JSON: {e.msg} at line {e.lineno}") from None
+        data = read_json(path, "architecture file (.tarch)", ArchitectureError)
         return cls.from_tarch(data, source=str(path))
 
     def save(self, path: str | Path) -> None:

@@ -99,7 +99,8 @@ BOARDS: dict[str, Board] = {
 
 
 def get_architecture(name_or_path: str | Path) -> Architecture:
-    """A preset by name (``zcu104``) or a ``.tarch`` file by path."""
+    """A preset by name (``zcu104``) or a ``.tarch`` file by path (``ArchitectureError`` for an
+    unknown name or a bad file: see ``Architecture.load``)."""
     key = str(name_or_path)
     if key in ARCHITECTURES:
         return ARCHITECTURES[key]
@@ -113,7 +114,7 @@ def get_architecture(name_or_path: str | Path) -> Architecture:
 
 
 def get_board(name: str) -> Board:
-    """A board preset by name."""
+    """A board preset by name (``ArchitectureError`` for an unknown one)."""
     if name in BOARDS:
         return BOARDS[name]
     raise ArchitectureError(f"unknown board {name!r}: one of {', '.join(BOARDS)}")

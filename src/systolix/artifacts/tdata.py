@@ -45,20 +45,34 @@ def unpack_scalars(data: bytes, dtype: DataType, source: str = "data") -> np.nda
     return np.where(u >= (1 << 17), u - (1 << 18), u)
 
 
-def read_tdata(path: str | Path, dtype: DataType, array_size: int) -> np.ndarray:
-    """A ``.tdata`` file as raw vectors ``[n_vectors, array_size]``."""
+def read_tdata(path: str | Path, dtype: DataType, array_size: int, vectors: int | None = None) -> np.ndarray:
+    """A ``.tdata`` file as raw vectors ``[n_vectors, array_size]`` (only the first ``vectors`` if given).
+
+    Raises ``ArtifactError``: not a regular file, unreadable, fewer than ``vectors`` vectors, or
+    (without ``vectors``) not a whole number of vectors.
+    """
+    from systolix.artifacts.files import read_bytes
+
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
     vector_bytes = dtype.size_bytes * array_size
+    data = read_bytes(path, "constants file (.tdata)", count=None if vectors is None else vectors * vector_bytes)
+    return unpack_vectors(data, dtype, array_size, str(path), vectors)
+
+
+def unpack_vectors(data: bytes, dtype: DataType, array_size: int, source: str, vectors: int | None = None) -> np.ndarray:
+    """``.tdata`` bytes as raw vectors ``[n, array_size]``; ``vectors``: how many there must be."""
+    vector_bytes = dtype.size_bytes * array_size
+    if vectors is not None:
+        if len(data) < vectors * vector_bytes:
+            raise ArtifactError(f"{source}: holds only {len(data) // vector_bytes} vectors of {vector_bytes} bytes, "
+                                f"{vectors} expected")
+        data = data[: vectors * vector_bytes]
     if len(data) % vector_bytes:
         raise ArtifactError(
-            f"{path}: {len(data)} bytes is not a whole number of {vector_bytes}-byte vectors "
+            f"{source}: {len(data)} bytes is not a whole number of {vector_bytes}-byte vectors "
             f"({array_size} x {dtype.name})"
         )
-    return unpack_scalars(data, dtype, str(path)).reshape(-1, array_size)
+    return unpack_scalars(data, dtype, source).reshape(-1, array_size)
 
 
 def write_tdata(path: str | Path, raw_vectors: np.ndarray, dtype: DataType) -> None:

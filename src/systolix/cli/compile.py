@@ -112,11 +112,18 @@ def compile_command(
     from systolix.compiler import compile_model
     from systolix.frontend import FrontendError
 
+    from systolix.cli.common import check_output_dir, require_file
+
     if not model.exists():
         raise FrontendError(f"{model}: no such ONNX file")
+    require_file(model, "ONNX file")
+    check_output_dir(output, "compiled files")
+    if calibrate is not None:
+        require_file(calibrate, "calibration file (.npz)")
     architecture = resolve_arch(arch)
     progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                        TimeElapsedColumn(), console=err_console, transient=True, disable=quiet)
+                        TimeElapsedColumn(), console=err_console, transient=True,
+                        disable=quiet or not err_console.is_terminal)
     with progress:
         task = progress.add_task(f"compiling {model.name}", total=None)
 

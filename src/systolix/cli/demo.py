@@ -31,11 +31,10 @@ def demo(
     arch: str = typer.Option(DEMO_ARCH, "--arch", "-a", help="Architecture to compile for and run on."),
 ) -> None:
     """Compile the bundled digits CNN, run it on the emulator against onnxruntime, print its latency."""
-    import onnxruntime as ort
-
     from systolix.arch import BOARDS
     from systolix.cli.common import resolve_arch
     from systolix.compiler import compile_model
+    from systolix.onnxrt import session as ort_session
     from systolix.perf import estimate
 
     onnx_path, data_path = _example_files()
@@ -53,7 +52,7 @@ def demo(
                   f"{architecture.data_type.name}) in {compile_s:.2f} s: {s.instructions:,} instructions, "
                   f"{len(s.layers)} layers, {s.macs:,} useful MACs; artifacts in {workdir}/")
 
-    session = ort.InferenceSession(onnx_path.read_bytes(), providers=["CPUExecutionProvider"])
+    session = ort_session(onnx_path.read_bytes(), source=str(onnx_path))
     in_name = session.get_inputs()[0].name
     # The exported model takes one image (batch 1), as deployed models usually do.
     reference = np.concatenate([session.run(None, {in_name: x[i : i + 1]})[0] for i in range(len(x))])

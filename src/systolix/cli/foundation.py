@@ -50,10 +50,11 @@ def archs() -> None:
 
 
 def _read_program(path: Path, arch):
+    from systolix.artifacts.files import read_bytes
     from systolix.isa import InstructionLayout, decode_program
 
     require_file(path, "program file")
-    return decode_program(path.read_bytes(), InstructionLayout.of(arch), str(path))
+    return decode_program(read_bytes(path, "program file"), InstructionLayout.of(arch), str(path))
 
 
 @app.command()
@@ -102,12 +103,13 @@ def asm(
     from systolix.isa import InstructionLayout
     from systolix.isa.assembly import assemble
 
+    from systolix.artifacts.files import read_text
+    from systolix.cli.common import check_output_file
+
+    check_output_file(output, "program (.tprog)")
     architecture = resolve_arch(arch)
     require_file(listing, "listing")
-    try:
-        text = listing.read_text()
-    except UnicodeDecodeError:
-        raise SystolixError(f"{listing}: not a text listing") from None
+    text = read_text(listing, "assembly listing")
     layout = InstructionLayout.of(architecture)
     data = assemble(text, layout, str(listing))
     write_bytes_atomic(output, data)
@@ -121,11 +123,14 @@ def info(model: Path = typer.Argument(..., help="A .tmodel manifest.")) -> None:
     from systolix.isa import OPCODE_NAMES, InstructionLayout, Opcode, decode_program
     from systolix.isa.assembly import _FLOW_ENDS
 
+    from systolix.artifacts.files import read_member
+
     require_file(model, "model manifest")
     m = TModel.load(model)
     a = m.arch
     layout = InstructionLayout.of(a)
-    prog = decode_program((model.parent / m.prog.file_name).read_bytes(), layout, str(model.parent / m.prog.file_name))
+    data = read_member(model.parent, m.prog.file_name, "prog.file_name", str(model), "program", count=m.prog.size)
+    prog = decode_program(data, layout, str(model.parent / m.prog.file_name))
 
     t = Table(title=f"{model.name}", show_header=False)
     t.add_column("key")
@@ -143,9 +148,12 @@ def info(model: Path = typer.Argument(..., help="A .tmodel manifest.")) -> None:
     for s in m.outputs:
         t.add_row("output", f"{s.name}: {s.size:,} vectors at DRAM0 {s.base}")
     t.add_row("load_consts_to_local", str(m.load_consts_to_local).lower())
-    if m.systolix:
-        layers = m.systolix.get("layers") or []
+    ext = m.extension
+    if ext is not None:
+        layers = ext.layers or []
         t.add_row("systolix", f"layer map of {len(layers)} layers" if layers else "extension present")
+        if ext.segments:
+            t.add_row("segments", ", ".join(f"{s.kind} {s.tmodel or s.onnx}" for s in ext.segments))
     console.print(t)
 
     mix = Table(title="Instruction mix")

@@ -35,7 +35,7 @@ def _compile_onnx(model: Path, board, arch: str | None, strategy: str, directory
 
     target = resolve_arch(arch) if arch is not None else board.architecture
     with Progress(TextColumn("compiling {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=True) as bar:
+                  console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
         task = bar.add_task(f"{model.name} for {target.array_size}x{target.array_size}", total=None)
 
         def progress(_segment: str, done: int, total: int) -> None:
@@ -152,9 +152,10 @@ def profile(
     from systolix.perf.profile import write_report, write_trace
     from systolix.perf.samples import sample_times, sample_words, write_samples
 
+    from systolix.cli.common import check_output_dir
+
+    check_output_dir(output, "trace and report")
     tmodel, program = _load(model)
-    if output.exists() and not output.is_dir():
-        raise SystolixError(f"{output}: exists and is not a directory")
     layer_map = (tmodel.systolix or {}).get("layers") or None
     if layer_map:
         from systolix.perf.estimate import layer_entries_from_map
@@ -240,7 +241,7 @@ def bench(
         raise SystolixError("--no-models and --no-zcu104 together leave no table to print")
     jobs = (0 if no_models else len(chosen_models) * len(chosen_boards)) + (0 if no_zcu104 else len(ZCU104_CONFIGS))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=True) as bar:
+                  console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
         overall = bar.add_task("compiling and simulating", total=jobs)
         layers = bar.add_task("", total=None)
         seen: set[str] = set()

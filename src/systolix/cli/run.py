@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import time
 from pathlib import Path
@@ -35,6 +36,8 @@ def _read_inputs(path: Path, model, batch: bool):
         if len(names) != 1:
             raise SystolixError(f"{path}: a CSV holds one input, the model has {len(names)} ({', '.join(names)}); use .npz")
         spec = model.inputs[0]
+        if spec.size == 0:
+            raise SystolixError(f"{path}: input {spec.name!r} takes 0 vectors in the model; a CSV of vectors cannot feed it")
         vectors = read_vectors_csv(path, model.arch.array_size)
         rows = vectors.shape[0]
         if batch:
@@ -47,24 +50,25 @@ def _read_inputs(path: Path, model, batch: bool):
             hint = " (several inputs back to back? add --batch)" if rows % spec.size == 0 else ""
             raise SystolixError(f"{path}: {rows} vectors, but input {spec.name!r} takes {spec.size}{hint}")
         return {spec.name: vectors}, True
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as e:
-        raise SystolixError(f"{path}: not a readable .npy/.npz file: {e}") from None
-    if suffix == ".npy" or isinstance(loaded, np.ndarray):
+    if suffix not in (".npy", ".npz"):
+        raise SystolixError(f"{path}: unknown input format {path.suffix!r} (expected .npy, .npz or .csv)")
+    from systolix.artifacts.arrays import read_arrays
+
+    loaded = read_arrays(path)
+    if isinstance(loaded, np.ndarray):
         if len(names) != 1:
             raise SystolixError(f"{path}: one array, but the model has {len(names)} inputs ({', '.join(names)}); use .npz")
         return {names[0]: loaded}, False
-    if suffix == ".npz":
-        with loaded:
-            return {k: loaded[k] for k in loaded.files}, False
-    raise SystolixError(f"{path}: unknown input format {path.suffix!r} (expected .npy, .npz or .csv)")
+    if not loaded:
+        raise SystolixError(f"{path}: an .npz with no arrays; the model's inputs are: {', '.join(names)}")
+    return loaded, False
 
 
 def _check_output_path(path: Path, n_outputs: int) -> None:
     """Refuse a bad --output before spending time on the run."""
-    if path.is_dir():
-        raise SystolixError(f"{path}: is a directory, expected a .npy or .npz file to write")
+    from systolix.cli.common import check_output_file
+
+    check_output_file(path, ".npy or .npz file")
     suffix = path.suffix.lower()
     if suffix not in (".npy", ".npz"):
         raise SystolixError(f"{path}: unknown output format {path.suffix!r} (expected .npy or .npz)")
@@ -85,6 +89,17 @@ def _write_outputs(path: Path, outputs: dict[str, np.ndarray]) -> None:
         write_bytes_atomic(path, buffer.getvalue())
     except OSError as e:
         raise SystolixError(f"{path}: cannot write outputs: {e.strerror}") from None
+
+
+@contextlib.contextmanager
+def _naming(path: Path):
+    """An input the model refuses (``RuntimeInputError``): the message starts with the input file."""
+    from systolix.runtime import RuntimeInputError
+
+    try:
+        yield
+    except RuntimeInputError as e:
+        raise RuntimeInputError(f"{path}: {e}") from None
 
 
 def _argmax_text(value: np.ndarray, batched: bool, classes: int | None, padded_note: bool) -> str:
@@ -142,6 +157,7 @@ def run(
     trace_at: int = typer.Option(None, "--trace-at", min=0, help="Dump the emulator's state when the program counter reaches PC (before instruction #PC)."),
     trace_file: Path = typer.Option(None, "--trace-file", help="Where --trace-at writes (.npz); default MODEL.tracePC.npz in the current folder."),
     trace_range: list[str] = typer.Option(None, "--trace-range", help="Dump only MEMORY[:FIRST[:COUNT]] (local, acc, dram0, dram1); repeatable."),
+    allow_nonfinite: bool = typer.Option(False, "--allow-nonfinite", help="Run NaN and infinite input values as Tensil's driver converts them (NaN to 0, infinities saturate) instead of refusing them."),
     engine: str = typer.Option("emulator", "--engine", help="emulator (bit-exact, fast) or rtl (the generated hardware under Verilator, with clock counts)."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object: outputs (shapes, argmax), cycles (RTL; null on the emulator), seconds."),
     threads: int = typer.Option(None, "--threads", min=1, help="Batch items run in parallel (emulator threads, RTL processes)."),
@@ -162,6 +178,10 @@ def run(
         raise SystolixError("--dram-latency applies to the RTL engine (--engine rtl)")
     engine_options = _engine_options(engine, dram_latency)
     ranges = [parse_range(r) for r in trace_range or []]
+    if trace_file is not None:
+        from systolix.cli.common import check_output_file
+
+        check_output_file(trace_file, "tracepoint dump (.npz)")
     loaded = systolix.load(model)
     if output:
         outputs_known = getattr(loaded, "outputs", None)
@@ -172,7 +192,9 @@ def run(
         if trace_at is not None:
             raise SystolixError(f"{model}: --trace-at works on a single accelerator program, this model is partitioned")
         started = time.perf_counter()
-        outputs = loaded.run(inputs, batch=True if batch else None, threads=threads, **engine_options)
+        with _naming(input):
+            outputs = loaded.run(inputs, batch=True if batch else None, allow_nonfinite=allow_nonfinite,
+                                 threads=threads, **engine_options)
         seconds = time.perf_counter() - started
         if output:
             _write_outputs(output, outputs)
@@ -204,19 +226,20 @@ def run(
     runner = loaded.run_vectors if raw_vectors else loaded.run_detailed
     if engine == "rtl":
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("inputs"),
-                      TimeElapsedColumn(), console=err_console, transient=True) as bar:
+                      TimeElapsedColumn(), console=err_console, transient=True,
+                      disable=not err_console.is_terminal) as bar, _naming(input):
             task = bar.add_task("building the RTL model", total=None)
             engine_options["rtl"]["progress"] = lambda what: bar.update(task, description=what)
-            result = runner(inputs, batch=True if batch else None, threads=threads,
+            result = runner(inputs, batch=True if batch else None, allow_nonfinite=allow_nonfinite, threads=threads,
                             progress=lambda done, count: bar.update(task, description="co-simulating", completed=done,
                                                                     total=count), **engine_options)
     else:
         with Progress(
             TextColumn("emulating"), BarColumn(), MofNCompleteColumn(), TextColumn("instructions"), TimeElapsedColumn(),
-            console=err_console, transient=True,
-        ) as bar:
+            console=err_console, transient=True, disable=not err_console.is_terminal,  # a bar only on a terminal
+        ) as bar, _naming(input):
             task = bar.add_task("run", total=total)
-            result = runner(inputs, batch=True if batch else None, threads=threads,
+            result = runner(inputs, batch=True if batch else None, allow_nonfinite=allow_nonfinite, threads=threads,
                             progress=lambda done, _total: bar.update(task, completed=done), **options)
     seconds = time.perf_counter() - started
 

@@ -7,7 +7,7 @@ bad instruction and then stops with an error that names it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,10 +30,33 @@ class Violation:
 
 @dataclass(frozen=True)
 class AccessSummary:
-    """Vectors each memory needs (highest address + 1) and the first bad instruction, if any."""
+    """Vectors each memory needs (highest address + 1), the DRAM spans the program addresses
+    and the first bad instruction, if any."""
 
     needed: dict[str, int]
     violation: Violation | None
+    spans: dict[str, np.ndarray] = field(default_factory=dict)
+    """``{"dram0": [[start, end), ...], "dram1": ...}``: the address ranges the instructions
+    before the first bad one touch, merged (``merge_spans``), as int64 arrays ``[k, 2]``."""
+
+
+#: Spans at most this many vectors apart are merged into one (fewer, larger pieces of DRAM).
+SPAN_GAP = 64
+
+
+def merge_spans(spans: np.ndarray, gap: int = SPAN_GAP) -> np.ndarray:
+    """``[k, 2]`` half-open ranges, sorted and merged where they overlap or lie within ``gap``."""
+    spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    spans = spans[spans[:, 1] > spans[:, 0]]
+    if not len(spans):
+        return np.zeros((0, 2), dtype=np.int64)
+    order = np.argsort(spans[:, 0], kind="stable")
+    starts, ends = spans[order, 0], spans[order, 1]
+    reach = np.maximum.accumulate(ends)
+    new = np.ones(len(starts), dtype=bool)
+    new[1:] = starts[1:] > reach[:-1] + gap
+    firsts = np.flatnonzero(new)
+    return np.stack([starts[firsts], np.maximum.reduceat(ends, firsts)], axis=1)
 
 
 def _describe(program: DecodedProgram, i: int) -> str:
@@ -123,6 +146,12 @@ def analyse(program: DecodedProgram, arch: Architecture, source: str = "program"
             if sel.any():
                 needed[k] = max(needed[k], int(last[:bad_at][sel].max()) + 1)
 
+    spans = {}
+    for name in ("dram0", "dram1"):
+        mem, first, _, _, _ = slots[1]
+        sel = mem[:bad_at] == _MEMORY_ID[name]
+        spans[name] = merge_spans(np.stack([first[:bad_at][sel], last_by_slot[1][:bad_at][sel] + 1], axis=1))
+
     violation = None
     if bad_at < n:
         i = bad_at
@@ -150,4 +179,4 @@ def analyse(program: DecodedProgram, arch: Architecture, source: str = "program"
                 f"(simd_registers_depth {arch.simd_registers_depth})"
             )
         violation = Violation(i, bad_msg)
-    return AccessSummary({m: int(needed[k]) for k, m in enumerate(MEMORIES)}, violation)
+    return AccessSummary({m: int(needed[k]) for k, m in enumerate(MEMORIES)}, violation, spans)

@@ -1,9 +1,13 @@
 """The Tensor Compute Unit as a Python object: memories, weights, registers, a run method.
 
 Memories hold raw values (int64 for fixed point, float32 for FLOAT32) with a leading batch
-axis: ``emu.dram0[b, vector, lane]``. They start empty and grow (zero-filled) to what the
-program and the driver use; the architecture's depths stay the bounds every access is checked
-against, so a 2M-vector DRAM never has to be allocated.
+axis: ``emu.acc[b, vector, lane]``. Local memory and the accumulators start empty and grow
+(zero-filled) to the highest address the program uses; DRAM0 and DRAM1 hold only the spans of
+vectors that the program and the driver address (``SpanMemory``), so a 2^32-vector DRAM costs
+what its model uses. Before anything is allocated the total is checked against
+``systolix.limits.memory_limit()``: past it the run is a ``MemoryLimitError`` stating the limit
+and what the run would need. The architecture's depths stay the bounds every access is checked
+against.
 """
 
 from __future__ import annotations
@@ -34,6 +38,99 @@ from systolix.numerics import DataType
 
 class EmulatorError(SystolixError):
     """A program cannot run: an address past a memory, an unimplemented instruction."""
+
+
+def lut_message(source: str, index: int) -> str:
+    """Why a program with a LoadLUT at ``index`` cannot run."""
+    return f"{source}: instruction #{index} (LoadLUT) is not implemented by any Tensil hardware; the program cannot run"
+
+
+class SpanMemory:
+    """A DRAM that stores only the address spans in use, each contiguous in ``data``.
+
+    ``spans`` are sorted, disjoint half-open ranges ``[start, end)`` of vector addresses; span
+    ``k`` lives at ``data[:, offsets[k] : offsets[k] + end - start]``. Addresses outside every
+    span read as zero. Indexing by address (``mem[b, address]``, a slice or a list of addresses)
+    returns a copy, as a dense memory would read.
+    """
+
+    def __init__(self, batch: int, n: int, dtype, depth: int):
+        self.depth = int(depth)
+        self.spans = np.zeros((0, 2), dtype=np.int64)
+        self.offsets = np.zeros(0, dtype=np.int64)
+        self.data = np.zeros((batch, 0, n), dtype=dtype)
+
+    @property
+    def vectors(self) -> int:
+        """Vectors stored (the sum of the spans' lengths)."""
+        return int(self.data.shape[1])
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """The shape of the dense memory up to the highest stored address."""
+        end = int(self.spans[-1, 1]) if len(self.spans) else 0
+        return (self.data.shape[0], end, self.data.shape[2])
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    def merged(self, spans: np.ndarray) -> np.ndarray:
+        """The spans this memory would hold with ``spans`` ([k, 2]) added."""
+        from systolix.emulator.bounds import merge_spans
+
+        return merge_spans(np.concatenate([self.spans, np.asarray(spans, dtype=np.int64).reshape(-1, 2)]))
+
+    def remap(self, spans: np.ndarray) -> None:
+        """Hold ``spans`` (a superset of the current ones, as ``merged`` returns), keeping the data."""
+        spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+        if np.array_equal(spans, self.spans):
+            return
+        lengths = spans[:, 1] - spans[:, 0]
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        data = np.zeros((self.data.shape[0], int(lengths.sum()), self.data.shape[2]), dtype=self.data.dtype)
+        for (start, end), offset in zip(self.spans, self.offsets):
+            target = self._translate(np.array([start]), spans, offsets)[0]
+            data[:, target : target + end - start] = self.data[:, offset : offset + end - start]
+        self.spans, self.offsets, self.data = spans, offsets, data
+
+    @staticmethod
+    def _translate(addresses: np.ndarray, spans: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        addresses = np.asarray(addresses, dtype=np.int64)
+        if not len(spans):
+            return np.full(addresses.shape, -1, dtype=np.int64)
+        k = np.searchsorted(spans[:, 0], addresses, side="right") - 1
+        kk = np.maximum(k, 0)
+        inside = (k >= 0) & (addresses < spans[kk, 1]) & (addresses >= spans[kk, 0])
+        return np.where(inside, offsets[kk] + addresses - spans[kk, 0], -1)
+
+    def translate(self, addresses) -> np.ndarray:
+        """Where each address is stored in ``data`` (-1 where no span holds it)."""
+        return self._translate(addresses, self.spans, self.offsets)
+
+    def gather(self, addresses: np.ndarray) -> np.ndarray:
+        """``[batch, len(addresses), N]`` raw vectors; unstored addresses read as zero."""
+        index = self.translate(addresses)
+        out = np.zeros((self.data.shape[0], len(index), self.data.shape[2]), dtype=self.data.dtype)
+        stored = index >= 0
+        out[:, stored] = self.data[:, index[stored]]
+        return out
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        batch = key[0] if key else slice(None)
+        where = key[1] if len(key) > 1 else slice(None)
+        rest = key[2:]
+        single = isinstance(where, (int, np.integer))
+        if isinstance(where, slice):
+            addresses = np.arange(*where.indices(self.shape[1]))
+        else:
+            addresses = np.atleast_1d(np.asarray(where, dtype=np.int64))
+        out = self.gather(addresses)
+        if single:
+            out = out[:, 0]
+            return out[(batch,) + rest]
+        return out[(batch, slice(None)) + rest]
 
 
 # Reset values of the configuration registers (seed section 3.3).
@@ -70,8 +167,9 @@ class RunResult:
 class Emulator:
     """A bit-exact Tensor Compute Unit for ``arch``, running ``batch`` inputs side by side.
 
-    ``dram0_depth``/``dram1_depth`` preallocate that many vectors of DRAM (they grow on demand
-    anyway, up to the architecture's depth). ``threads`` splits the batch across that many
+    ``dram0_depth``/``dram1_depth`` preallocate that many vectors of DRAM (spans are added on
+    demand anyway, up to the architecture's depth). ``memory_limit``: most bytes the memories
+    may take (default ``systolix.limits.memory_limit()``). ``threads`` splits the batch across that many
     threads (default 1: on this project's 2-vCPU machine a second thread gained at most ~1.3x
     when idle and lost when other work was running; ``benchmarks/bench_emulator.py`` shows both).
     """
@@ -83,20 +181,28 @@ class Emulator:
         dram0_depth: int | None = None,
         dram1_depth: int | None = None,
         threads: int | None = None,
+        memory_limit: int | None = None,
     ):
         if batch < 1:
             raise EmulatorError(f"batch must be at least 1, got {batch}")
+        from systolix.limits import memory_limit as default_limit
+
         self.arch = arch
         self.batch = int(batch)
         self.threads = max(1, int(threads or 1))
+        self.memory_limit = int(memory_limit) if memory_limit is not None else default_limit()
+        """Most bytes the memories may take together (``systolix.limits``)."""
+        self._limit_given = memory_limit is not None
         self.data_type: DataType = arch.data_type
         self.layout = InstructionLayout.of(arch)
         n = arch.array_size
         self._storage = self.data_type.storage_dtype
+        self._check_footprint({"local": 0, "acc": 0, "dram0": 0, "dram1": 0})
         self.local = np.zeros((self.batch, 0, n), dtype=self._storage)
         self.acc = np.zeros((self.batch, 0, n), dtype=self._storage)
-        self.dram0 = np.zeros((self.batch, 0, n), dtype=self._storage)
-        self.dram1 = np.zeros((self.batch, 0, n), dtype=self._storage)
+        self.dram0 = SpanMemory(self.batch, n, self._storage, arch.dram0_depth)
+        self.dram1 = SpanMemory(self.batch, n, self._storage, arch.dram1_depth)
+        self._analysed: tuple[DecodedProgram, object] | None = None
         self.weights = np.zeros((self.batch, n + 1, n), dtype=self._storage)
         """The array's weights, ``[batch, N + 1, N]``; row 0 is the bias row."""
         self.registers = np.zeros((self.batch, arch.simd_registers_depth, n), dtype=self._storage)
@@ -106,10 +212,8 @@ class Emulator:
             self.config[int(reg)] = value
         self.saturation = np.zeros((self.batch, len(kernels.SAT_KINDS)), dtype=np.int64)
         """Saturation events since construction, ``[batch, kind]``."""
-        if dram0_depth:
-            self._ensure("dram0", int(dram0_depth))
-        if dram1_depth:
-            self._ensure("dram1", int(dram1_depth))
+        if dram0_depth or dram1_depth:
+            self.reserve(spans={m: np.array([[0, int(d)]]) for m, d in (("dram0", dram0_depth), ("dram1", dram1_depth)) if d})
 
     # --- memories ----------------------------------------------------------------
     def depth(self, memory: str) -> int:
@@ -122,20 +226,81 @@ class Emulator:
             raise EmulatorError(f"unknown memory {memory!r} (expected one of {', '.join(MEMORIES)})")
         return memory
 
-    def _ensure(self, memory: str, vectors: int) -> None:
-        """Grow ``memory`` to at least ``vectors`` vectors (zero-filled)."""
-        current = getattr(self, memory)
-        if vectors <= current.shape[1]:
+    def _vectors(self, memory: str) -> int:
+        m = getattr(self, memory)
+        return m.vectors if isinstance(m, SpanMemory) else int(m.shape[1])
+
+    def _check_footprint(self, vectors: dict[str, int], source: str = "emulator") -> None:
+        """Refuse, before allocating, memories of ``vectors`` per batch item past the memory limit."""
+        n = self.arch.array_size
+        item = np.dtype(self._storage).itemsize
+        vectors = {"weights": n + 1, "registers": self.arch.simd_registers_depth, **vectors}
+        total = self.batch * sum(vectors.values()) * n * item
+        if total <= self.memory_limit:
             return
-        limit = self.depth(memory)
-        if vectors > limit:
-            raise EmulatorError(f"{memory}: {vectors} vectors do not fit its depth of {limit}")
-        # At least double an existing memory so that repeated small writes do not copy over and
-        # over; a first allocation is exact (DRAM1's constants, the program's own needs).
-        new_depth = min(limit, max(vectors, 2 * current.shape[1]))
-        grown = np.zeros((self.batch, new_depth, self.arch.array_size), dtype=self._storage)
-        grown[:, : current.shape[1]] = current
-        setattr(self, memory, grown)
+        from systolix.limits import MemoryLimitError, format_bytes, limit_source
+
+        parts = " + ".join(f"{name} {count:,}" for name, count in vectors.items() if count)
+        where = "given to the emulator" if self._limit_given else limit_source()
+        hint = "; run fewer inputs at a time" if self.batch > 1 else ""
+        raise MemoryLimitError(
+            f"{source}: the emulator would need {format_bytes(total)} for this run ({self.batch:,} input"
+            f"{'s' if self.batch > 1 else ''} x ({parts} vectors) x {n} values x {item} bytes), more than the "
+            f"memory limit of {format_bytes(self.memory_limit)} ({where}){hint}")
+
+    def reserve(self, needed: dict[str, int] | None = None, spans: dict[str, np.ndarray] | None = None,
+                source: str = "emulator") -> None:
+        """Make room, zero-filled, for ``needed`` vectors of local memory and accumulators and for
+        ``spans`` (``[k, 2]`` half-open address ranges) of DRAM0 and DRAM1, after checking the
+        total against the memory limit (``MemoryLimitError``) and the depths (``EmulatorError``)."""
+        needed = dict(needed or {})
+        spans = dict(spans or {})
+        plan: dict[str, object] = {}
+        sizes: dict[str, int] = {}
+        for memory in MEMORIES:
+            limit = self.depth(memory)
+            current = getattr(self, memory)
+            if memory in ("dram0", "dram1"):
+                add = np.asarray(spans.get(memory, np.zeros((0, 2))), dtype=np.int64).reshape(-1, 2)
+                if len(add) and (add.min() < 0 or add[:, 1].max() > limit):
+                    raise EmulatorError(f"{memory}: vectors up to {int(add[:, 1].max()) - 1} do not fit its depth of {limit}")
+                merged = current.merged(add) if len(add) else current.spans
+                plan[memory] = merged
+                sizes[memory] = int((merged[:, 1] - merged[:, 0]).sum())
+            else:
+                want = int(needed.get(memory, 0))
+                if want > limit:
+                    raise EmulatorError(f"{memory}: {want} vectors do not fit its depth of {limit}")
+                have = int(current.shape[1])
+                plan[memory] = max(want, have)
+                sizes[memory] = max(want, have)
+        self._check_footprint(sizes, source)
+        n = self.arch.array_size
+        for memory in MEMORIES:
+            current = getattr(self, memory)
+            if isinstance(current, SpanMemory):
+                current.remap(plan[memory])
+            elif plan[memory] > current.shape[1]:
+                grown = np.zeros((self.batch, plan[memory], n), dtype=self._storage)
+                grown[:, : current.shape[1]] = current
+                setattr(self, memory, grown)
+
+    def reserve_program(self, program, source: str = "program", spans: dict[str, np.ndarray] | None = None):
+        """Check ``program``'s addresses (``bounds.analyse``) and ``reserve`` what it and ``spans``
+        (the driver's own DRAM spans) need; returns the analysis."""
+        prog = self._decode(program, source)
+        if self._analysed is not None and self._analysed[0] is prog:
+            summary = self._analysed[1]
+        else:
+            summary = analyse(prog, self.arch, source)
+            self._analysed = (prog, summary)
+        extra = dict(spans or {})
+        dram = {m: np.concatenate([summary.spans[m], np.asarray(extra.get(m, np.zeros((0, 2))), np.int64).reshape(-1, 2)])
+                for m in ("dram0", "dram1")}
+        needed = {m: max(summary.needed[m], int(np.asarray(extra.get(m, np.zeros((0, 2)))).reshape(-1, 2)[:, 1].max(initial=0)))
+                  for m in ("local", "acc")}
+        self.reserve(needed, dram, source)
+        return summary
 
     def write(self, memory: str, address: int, vectors: np.ndarray) -> None:
         """Store raw vectors at ``address``: ``[n, N]`` (every batch item) or ``[batch, n, N]``."""
@@ -148,24 +313,38 @@ class Emulator:
             raise EmulatorError(
                 f"{memory}: vectors to write must be [n, {n}] or [{self.batch}, n, {n}], got {list(np.shape(vectors))}"
             )
-        end = int(address) + v.shape[1]
+        address = int(address)
+        end = address + v.shape[1]
         if address < 0 or end > self.depth(memory):
             raise EmulatorError(
                 f"{memory}: writing vectors {address}..{end - 1} goes past its depth of {self.depth(memory)}"
             )
-        self._ensure(memory, end)
-        getattr(self, memory)[:, address:end] = v
+        target = getattr(self, memory)
+        if isinstance(target, SpanMemory):
+            self.reserve(spans={memory: np.array([[address, end]])})
+            index = target.translate(np.array([address]))[0]
+            target.data[:, index : index + v.shape[1]] = v
+        else:
+            self.reserve(needed={memory: end})
+            getattr(self, memory)[:, address:end] = v
 
     def read(self, memory: str, address: int, count: int) -> np.ndarray:
         """Raw vectors ``[batch, count, N]`` from ``address`` (never-written vectors read as zero)."""
         self._check_name(memory)
-        end = int(address) + int(count)
+        address, count = int(address), int(count)
+        end = address + count
         if address < 0 or count < 0 or end > self.depth(memory):
             raise EmulatorError(
                 f"{memory}: reading vectors {address}..{end - 1} goes past its depth of {self.depth(memory)}"
             )
-        self._ensure(memory, end)
-        return getattr(self, memory)[:, address:end].copy()
+        source = getattr(self, memory)
+        if isinstance(source, SpanMemory):
+            self._check_footprint({"read": count}, f"{memory}: reading {count:,} vectors")
+            return source.gather(np.arange(address, end, dtype=np.int64))
+        out = np.zeros((self.batch, count, self.arch.array_size), dtype=self._storage)
+        have = max(0, min(end, source.shape[1]) - address)
+        out[:, :have] = source[:, address : address + have]
+        return out
 
     # --- registers ---------------------------------------------------------------
     @property
@@ -217,14 +396,26 @@ class Emulator:
 
         Raises ``EmulatorError`` naming the instruction, its text and the address when an
         instruction reaches outside a memory (the instructions before it have run), and on
-        LoadLUT, which no hardware implements.
+        LoadLUT, which no hardware implements; ``MemoryLimitError`` (before anything is
+        allocated) when the memories the program addresses, times the batch, exceed
+        ``memory_limit``.
         """
         started = time.perf_counter()
         prog = self._decode(program, source)
-        summary = analyse(prog, self.arch, source)
-        for memory, needed in summary.needed.items():
-            self._ensure(memory, needed)
+        summary = self.reserve_program(prog, source)
         stop = summary.violation.index if summary.violation else len(prog)
+        # DRAM addresses as stored: each DataMove's DRAM side moved to where its span lives.
+        addr1 = prog.addr1
+        dram_moves = (prog.opcode == Opcode.DATAMOVE) & (prog.flags <= 3)
+        if dram_moves[:stop].any():
+            addr1 = prog.addr1.copy()
+            for memory, flows in (("dram0", (0, 1)), ("dram1", (2, 3))):
+                sel = np.flatnonzero(dram_moves[:stop] & np.isin(prog.flags[:stop], flows))
+                if sel.size:
+                    stored = getattr(self, memory).translate(prog.addr1[sel].astype(np.int64))
+                    if (stored < 0).any():  # pragma: no cover - reserve_program mapped every span
+                        raise AssertionError(f"{memory}: an address the analysis found is not stored")
+                    addr1[sel] = stored.astype(addr1.dtype)
 
         if tracepoint is not None:
             self.config[int(ConfigRegister.TRACEPOINT)] = int(tracepoint) & kernels.PC_MASK
@@ -266,10 +457,10 @@ class Emulator:
         def execute(k: int, first: int, end: int):
             s = slices[k]
             return kernels.execute(
-                prog.opcode, prog.flags, prog.addr0, prog.stride0, prog.addr1, prog.stride1, prog.size,
+                prog.opcode, prog.flags, prog.addr0, prog.stride0, addr1, prog.stride1, prog.size,
                 op0, op1, op2, cfg_reg, cfg_value,
                 first, end,
-                self.local[s], self.acc[s], self.dram0[s], self.dram1[s], self.weights[s], self.registers[s],
+                self.local[s], self.acc[s], self.dram0.data[s], self.dram1.data[s], self.weights[s], self.registers[s],
                 configs[k], self.saturation[s], counts[k],
                 lo, hi, shift, one, reg_bits, tracing, narrow,
             )
@@ -288,10 +479,7 @@ class Emulator:
                 i, status = outcomes[0]
                 self.config[:] = configs[0]
                 if status == kernels.STATUS_LOADLUT:
-                    raise EmulatorError(
-                        f"{source}: instruction #{i} (LoadLUT) is not implemented by any Tensil hardware; "
-                        "the program cannot run"
-                    )
+                    raise EmulatorError(lut_message(source, i))
                 if status == kernels.STATUS_TRACEPOINT:
                     fire(i)
                 if progress is not None:

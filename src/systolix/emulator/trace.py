@@ -40,7 +40,8 @@ def dump_state(emulator, path: Path, instruction_index: int, ranges=None) -> Non
     """Write the emulator's memories (or ``ranges``), weights, SIMD and config registers.
 
     Arrays are raw values with the batch axis first; each memory range is stored as
-    ``<memory>`` (whole allocated memory) or ``<memory>@<first>`` with its vectors.
+    ``<memory>`` (the whole allocated memory; DRAM from address 0 to the highest address in
+    use) or ``<memory>@<first>`` with its vectors.
     """
     arrays: dict[str, np.ndarray] = {
         "instruction_index": np.int64(instruction_index),
@@ -52,7 +53,11 @@ def dump_state(emulator, path: Path, instruction_index: int, ranges=None) -> Non
     }
     if not ranges:
         for memory in MEMORIES:
-            arrays[memory] = getattr(emulator, memory).copy()
+            stored = getattr(emulator, memory)
+            if hasattr(stored, "spans"):  # DRAM: dense from address 0 (within the memory limit)
+                arrays[memory] = emulator.read(memory, 0, stored.shape[1])
+            else:
+                arrays[memory] = stored.copy()
     else:
         for memory, first, count in ranges:
             if count is None:

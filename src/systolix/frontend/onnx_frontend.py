@@ -34,25 +34,54 @@ def load_onnx(model_or_path: Any) -> tuple[onnx.ModelProto, str]:
     if isinstance(model_or_path, (bytes, bytearray)):
         source, data = "model", bytes(model_or_path)
     else:
+        from systolix.artifacts.files import read_bytes
+
         path = Path(model_or_path)
         source = str(path)
-        if not path.exists():
-            raise FrontendError(f"{path}: no such ONNX file")
-        if path.is_dir():
-            raise FrontendError(f"{path}: is a directory, expected an ONNX file")
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise FrontendError(f"{path}: cannot read: {e.strerror}") from None
+        data = read_bytes(path, "ONNX file", FrontendError)
     if not data:
         raise FrontendError(f"{source}: empty file, not an ONNX model")
     try:
         model = onnx.load_from_string(data)
     except Exception as e:  # protobuf raises DecodeError and friends for garbage and truncation
-        raise FrontendError(f"{source}: not a valid ONNX file (truncated or not an ONNX model: {e})") from None
+        first = str(e).strip().splitlines()[0][:100] if str(e).strip() else type(e).__name__
+        raise FrontendError(f"{source}: not a valid ONNX file (truncated or not an ONNX model: {first})") from None
     if model.ir_version <= 0 or not model.opset_import or len(model.graph.output) == 0:
         raise FrontendError(f"{source}: not a valid ONNX model (no IR version, opset or graph outputs)")
     return model, source
+
+
+def check_constants(model: onnx.ModelProto, source: str) -> None:
+    """Every constant a model brings is readable and finite: no external data files, no NaN or
+    infinite weights (the accelerator's fixed point has neither, and a NaN weight would make
+    every output it touches meaningless). ``FrontendError`` naming the initializer or node."""
+    from systolix.onnxrt import refuse_external_data
+
+    refuse_external_data(model, source, FrontendError)
+    named = [(f"initializer {t.name!r}", t) for t in model.graph.initializer]
+    for i, node in enumerate(model.graph.node):
+        for a in node.attribute:
+            where = f"node {node.name or f'{node.op_type}_{i}'!r} ({node.op_type}) attribute {a.name!r}"
+            if a.type == onnx.AttributeProto.TENSOR:
+                named.append((where, a.t))
+            elif node.op_type == "Constant" and a.type in (onnx.AttributeProto.FLOAT, onnx.AttributeProto.FLOATS):
+                values = np.asarray([a.f] if a.type == onnx.AttributeProto.FLOAT else list(a.floats), dtype=np.float32)
+                if not np.all(np.isfinite(values)):
+                    raise FrontendError(f"{source}: {where} holds NaN or infinite values; weights must be finite numbers")
+    for what, tensor in named:
+        try:
+            value = numpy_helper.to_array(tensor)
+        except Exception as e:  # data shorter than its dims, an unknown type...
+            first = str(e).strip().splitlines()[0][:100] if str(e).strip() else type(e).__name__
+            raise FrontendError(f"{source}: {what}: cannot read its values ({first})") from None
+        if value.dtype.kind in "fc" and value.size and not np.all(np.isfinite(value)):
+            bad = ~np.isfinite(value)
+            nan = int(np.count_nonzero(np.isnan(value)))
+            kinds = " and ".join(t for t in (f"{nan:,} NaN" if nan else "",
+                                             f"{int(np.count_nonzero(bad)) - nan:,} infinite" if int(np.count_nonzero(bad)) > nan else "") if t)
+            first = [int(i) for i in np.unravel_index(int(np.flatnonzero(bad.reshape(-1))[0]), value.shape)] if value.ndim else []
+            raise FrontendError(f"{source}: {what} holds {kinds} value(s) (the first at index {first}); weights must be "
+                                "finite numbers")
 
 
 def _opset(model: onnx.ModelProto, source: str) -> int:
@@ -189,8 +218,6 @@ def _runtime_shapes(model: onnx.ModelProto, source: str, batch_one: onnx.ModelPr
     onnxruntime is the reference the compiled model is compared with, so its shapes win over
     onnx's shape inference (they differ, e.g., for Resize scales that round in float32).
     """
-    import onnxruntime as ort
-
     typed = _infer(model, source)
     elem = {vi.name: vi.type.tensor_type.elem_type for vi in list(typed.graph.value_info) + list(typed.graph.output) + list(typed.graph.input)}
     probe = onnx.ModelProto()
@@ -201,13 +228,9 @@ def _runtime_shapes(model: onnx.ModelProto, source: str, batch_one: onnx.ModelPr
             if o and o not in existing and elem.get(o):
                 probe.graph.output.append(onnx.helper.make_tensor_value_info(o, elem[o], None))
                 existing.add(o)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    try:
-        session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    except Exception as e:
-        raise FrontendError(f"{source}: onnxruntime cannot load the model: {str(e).splitlines()[0]}") from None
+    from systolix.onnxrt import session as ort_session
+
+    session = ort_session(probe, source=source, error=FrontendError, optimize=False)
     feeds = {}
     init = {t.name for t in model.graph.initializer}
     for vi in batch_one.graph.input:
@@ -220,7 +243,8 @@ def _runtime_shapes(model: onnx.ModelProto, source: str, batch_one: onnx.ModelPr
     try:
         values = session.run(names, feeds)
     except Exception as e:
-        raise FrontendError(f"{source}: onnxruntime cannot run the model: {str(e).splitlines()[0]}") from None
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        raise FrontendError(f"{source}: onnxruntime cannot run the model: {first}") from None
     out = {name: (tuple(int(d) for d in np.shape(v)), str(np.asarray(v).dtype)) for name, v in zip(names, values)}
     for name, value in feeds.items():
         out[name] = (tuple(value.shape), str(value.dtype))
@@ -231,6 +255,9 @@ def import_onnx(model_or_path: Any) -> tuple[onnx.ModelProto, str, dict[str, tup
     """Load, validate, fix the batch, fold constants: a folded ModelProto and every tensor's shape."""
     model, source = load_onnx(model_or_path)
     _opset(model, source)
+    check_constants(model, source)
+    if not model.graph.node:
+        raise FrontendError(f"{source}: the graph has no nodes: nothing to compile")
     model_copy = onnx.ModelProto()
     model_copy.CopyFrom(model)
     model = model_copy
@@ -260,6 +287,9 @@ def graph_from_model(model: onnx.ModelProto, source: str, shapes) -> Graph:
     tensors: dict[str, Tensor] = {}
     for t in g.initializer:
         v = numpy_helper.to_array(t)
+        if v.dtype.kind in "fc" and v.size and not np.all(np.isfinite(v)):
+            raise FrontendError(f"{source}: constant {t.name!r}, computed from the model's constants, holds NaN or "
+                                "infinite values (a division by zero, a log of 0...); weights must be finite numbers")
         tensors[t.name] = Tensor(t.name, tuple(v.shape), str(v.dtype), v)
     for name, (shape, dtype) in shapes.items():
         if name not in tensors:
@@ -275,6 +305,9 @@ def graph_from_model(model: onnx.ModelProto, source: str, shapes) -> Graph:
         nodes.append(Node(name, n.op_type, list(n.input), [o for o in n.output], _attrs(n)))
     inputs = [vi.name for vi in g.input if vi.name not in {t.name for t in g.initializer}]
     outputs = [o.name for o in g.output]
+    if not nodes:
+        raise FrontendError(f"{source}: nothing to compile: every output is an input or a constant "
+                            "(the graph has no nodes left after folding its constants)")
     for o in outputs:
         if o not in tensors:
             raise FrontendError(f"{source}: output {o!r} has no static shape")

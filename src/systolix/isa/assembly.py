@@ -266,7 +266,8 @@ def parse_program_lines(text: str, source: str = "listing") -> list[tuple[int, I
 
 
 def assemble(text: str, layout, source: str = "listing") -> bytes:
-    """Assemble a listing to program bytes; an encoding error names the listing line."""
+    """Assemble a listing to program bytes. Raises ``AssemblyError`` (a line that does not
+    parse) or ``EncodingError`` (a field that does not fit the layout), naming the listing line."""
     from systolix.errors import EncodingError
     from systolix.isa.codec import encode
 

@@ -227,7 +227,9 @@ def _le_uint(columns: np.ndarray) -> np.ndarray:
 
 
 def decode_program(data: bytes, layout: InstructionLayout, source: str = "program") -> DecodedProgram:
-    """Decode a ``.tprog``. Errors name ``source``, the instruction index and its byte offset."""
+    """Decode a ``.tprog``. Raises ``DecodingError`` (not a whole number of instructions, an
+    undefined opcode, DataMove kind or flag) naming ``source``, the instruction index and its
+    byte offset."""
     n_bytes = layout.instruction_bytes
     if len(data) % n_bytes:
         raise DecodingError(

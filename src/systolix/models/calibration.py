@@ -26,11 +26,9 @@ from systolix.models._graph import ModelBuildError
 
 def session(model: onnx.ModelProto, threads: int = 1) -> ort.InferenceSession:
     """An onnxruntime CPU session; one thread by default so float sums are reproducible."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    from systolix.onnxrt import session as ort_session
+
+    return ort_session(model, source=model.graph.name or "model", threads=threads)
 
 
 def _elem_types(model: onnx.ModelProto) -> dict[str, int]:

@@ -125,13 +125,41 @@ class Estimate:
 
 
 def load_program(tmodel_path: str | Path) -> tuple[TModel, DecodedProgram]:
-    """A ``.tmodel`` and its decoded program."""
+    """A ``.tmodel`` and its decoded program, after the checks ``systolix run`` makes.
+
+    The manifest's files must be regular files inside its folder, its constants, inputs and
+    outputs must lie inside the architecture's memories, and every address the program uses
+    must too (``systolix.emulator.bounds``): a program that ``run`` would stop at instruction
+    #i is refused here with the same message. Raises ``ArtifactError``, ``DecodingError`` and
+    ``EmulatorError``.
+    """
+    from systolix.artifacts.files import read_member
+    from systolix.emulator import EmulatorError, analyse
+    from systolix.emulator.machine import lut_message
+    from systolix.isa import Opcode
+
     path = Path(tmodel_path)
     if path.suffix != ".tmodel":
         raise ArtifactError(f"{path}: expected a .tmodel manifest")
     model = TModel.load(path)
-    prog_path = path.parent / model.prog.file_name
-    program = decode_program(prog_path.read_bytes(), InstructionLayout.of(model.arch), str(prog_path))
+    model.check_spans(str(path))
+    name = model.prog.file_name
+    data = read_member(path.parent, name, "prog.file_name", str(path), "program", count=model.prog.size + 1)
+    if len(data) != model.prog.size:
+        raise ArtifactError(f"{path}: prog.size says {model.prog.size} bytes but {name} has "
+                            f"{'more' if len(data) > model.prog.size else len(data)}")
+    prog_path = path.parent / name
+    program = decode_program(data, InstructionLayout.of(model.arch), str(prog_path))
+    from systolix.runtime.model import check_layer_map, tensor_specs
+
+    tensor_specs(model, str(path))
+    check_layer_map(model, len(program), str(path))
+    violation = analyse(program, model.arch, str(prog_path)).violation
+    lut = np.flatnonzero(program.opcode[: violation.index if violation else len(program)] == Opcode.LOADLUT)
+    if lut.size:  # what run stops at first, estimate refuses with the same message
+        raise EmulatorError(lut_message(str(prog_path), int(lut[0])))
+    if violation is not None:
+        raise EmulatorError(violation.message)
     return model, program
 
 
@@ -255,6 +283,11 @@ def estimate(
     ``program`` is a decoded program or a ``.tmodel`` path. With a manifest (``model``), its
     architecture replaces the board's, its inputs and outputs give the host's per-frame I/O,
     and its ``systolix.layers`` (if any) the layer map.
+
+    A ``.tmodel`` path is read by ``load_program``, which makes ``run``'s checks: it raises
+    ``ArtifactError``, ``DecodingError`` and ``EmulatorError`` (an address past a memory,
+    LoadLUT) with the message ``run`` would print. A layer map outside the program is an
+    ``ArtifactError``.
     """
     if isinstance(program, (str, Path)):
         model, program = load_program(program)
@@ -288,18 +321,21 @@ def estimate(
 
 def segment_manifests(tmodel_path: str | Path) -> list[dict] | None:
     """For a model partitioned between accelerator and host (``systolix.segments``), its
-    segments in order (``kind``, ``nodes``, and ``tmodel`` or ``onnx``); None for a plain model."""
+    segments in order (``kind``, ``nodes``, and ``tmodel`` or ``onnx``); None for a plain model.
+
+    Raises ``ArtifactError`` for a malformed manifest or a segment file (``.tmodel`` or ``.onnx``)
+    outside the folder, missing or not a regular file."""
+    from systolix.artifacts.files import member_size
+
     path = Path(tmodel_path)
     model = TModel.load(path)
-    segments = (model.systolix or {}).get("segments")
-    if not segments:
+    ext = model.extension
+    if ext is None or not ext.segments:
         return None
-    for i, seg in enumerate(segments):
-        if not isinstance(seg, dict) or seg.get("kind") not in ("accelerator", "host"):
-            raise ArtifactError(f"{path}: systolix.segments[{i}]: expected an object with kind accelerator or host")
-        if seg["kind"] == "accelerator" and not (path.parent / str(seg.get("tmodel", ""))).is_file():
-            raise ArtifactError(f"{path}: systolix.segments[{i}]: its .tmodel {seg.get('tmodel')!r} is missing")
-    return segments
+    for i, seg in enumerate(ext.segments):  # what run would refuse, estimate refuses (host files are not read)
+        field = "tmodel" if seg.kind == "accelerator" else "onnx"
+        member_size(path.parent, getattr(seg, field), f"systolix.segments[{i}].{field}", str(path))
+    return [seg.model_dump() for seg in ext.segments]
 
 
 def estimate_partitioned(tmodel_path: str | Path, board: Board) -> tuple[Estimate, list[dict]]:
@@ -321,7 +357,10 @@ def estimate_partitioned(tmodel_path: str | Path, board: Board) -> tuple[Estimat
             parts.append({"kind": "host", "name": seg.get("onnx", ""), "nodes": seg.get("nodes", []),
                           "estimate": None, "note": "runs on the host CPU (onnxruntime): not timed"})
             continue
-        e = estimate(path.parent / seg["tmodel"], board)
+        sub = path.parent / seg["tmodel"]
+        if TModel.load(sub).partitioned:
+            raise ArtifactError(f"{path}: segment {seg['tmodel']!r} is itself partitioned; an accelerator segment is one program")
+        e = estimate(sub, board)
         estimates.append(e)
         parts.append({"kind": "accelerator", "name": seg["tmodel"], "nodes": seg.get("nodes", []), "estimate": e})
     if not estimates:

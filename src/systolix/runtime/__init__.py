@@ -13,7 +13,9 @@ __all__ = ["Model", "ModelRun", "RuntimeInputError", "SaturationWarning", "Tenso
 
 def load(path: str | Path):
     """Load a ``.tmodel``: a ``Model`` (or, for a model partitioned between accelerator and
-    host, whatever ``systolix.runtime.partitioned.load_partitioned`` returns)."""
+    host, whatever ``systolix.runtime.partitioned.load_partitioned`` returns).
+
+    Raises ``ArtifactError`` and ``DecodingError`` as ``systolix.load`` documents."""
     path = Path(path)
     manifest = TModel.load(path)
     if (manifest.systolix or {}).get("segments"):

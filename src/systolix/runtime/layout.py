@@ -8,6 +8,7 @@ functions accept an extra leading batch axis.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -34,7 +35,7 @@ def vector_count(shape: Sequence[int], layout: dict[str, Any], array_size: int) 
     moved = [int(shape[p]) for p in perm]
     if moved and moved[-1] > padded:
         raise ArtifactError(f"layout padded_channels {padded} is smaller than the channel axis ({moved[-1]})")
-    outer = int(np.prod(moved[:-1], dtype=np.int64)) if len(moved) > 1 else 1
+    outer = math.prod(moved[:-1]) if len(moved) > 1 else 1  # Python ints: no silent overflow
     return outer * padded // array_size
 
 

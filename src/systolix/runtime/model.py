@@ -31,6 +31,106 @@ class RuntimeInputError(SystolixError):
     """Inputs given to ``Model.run`` do not match the model."""
 
 
+def check_input(name: str, value: Any, *, allow_nonfinite: bool = False, what: str = "input") -> np.ndarray:
+    """``value`` as a NumPy array of real numbers, or ``RuntimeInputError`` naming ``name``.
+
+    Refused: what NumPy cannot make an array of numbers from (ragged lists, strings, objects),
+    complex values, and (unless ``allow_nonfinite``) NaN or infinite values (float64 values past
+    float32's range count as infinite: the model computes in float32). With
+    ``allow_nonfinite`` they run as Tensil's driver converts them: NaN becomes 0 and infinities
+    saturate at the data type's range (a FLOAT32 architecture keeps them).
+    """
+    try:
+        a = np.asarray(value)
+    except (ValueError, TypeError) as e:
+        raise RuntimeInputError(f"{what} {name!r}: not an array of numbers ({str(e).splitlines()[0][:80]})") from None
+    if a.dtype.kind == "c":
+        raise RuntimeInputError(f"{what} {name!r}: complex values ({a.dtype}); the model takes real numbers")
+    if a.dtype.kind not in "fiub":
+        raise RuntimeInputError(f"{what} {name!r}: expected numbers, got an array of {a.dtype}")
+    if a.dtype.kind == "f" and not allow_nonfinite:
+        # The model computes in float32: a float64 past float32's range is infinite there.
+        with np.errstate(over="ignore"):
+            bad = ~np.isfinite(a.astype(np.float32, copy=False))
+        if bad.any():
+            nan = int(np.count_nonzero(np.isnan(a)))  # the rest are infinite (or beyond float32)
+            inf = int(np.count_nonzero(bad)) - nan
+            first = [int(i) for i in np.unravel_index(int(np.flatnonzero(bad.reshape(-1))[0]), a.shape)] if a.ndim else []
+            counts = " and ".join(t for t in (f"{nan:,} NaN" if nan else "", f"{inf:,} infinite" if inf else "") if t)
+            raise RuntimeInputError(
+                f"{what} {name!r} holds {counts} value{'s' if nan + inf > 1 else ''} (the first at index {first}); "
+                "pass allow_nonfinite=True (systolix run --allow-nonfinite) to run them as Tensil's driver converts "
+                "them: NaN becomes 0 and infinities saturate")
+    return a
+
+
+def _nonempty(name: str, batch: np.ndarray) -> None:
+    if batch.shape[0] == 0:
+        raise RuntimeInputError(f"input {name!r} holds a batch of 0 items: nothing to run")
+
+
+def tensor_specs(manifest: TModel, source: str) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The inputs' and outputs' specs: each DRAM0 span with, where the ``systolix`` key records
+    it, its tensor's shape and layout; ``ArtifactError`` where a shape and its layout do not take
+    exactly the span's vectors."""
+    ext = manifest.extension
+    arch = manifest.arch
+    result = []
+    for what, spans, entries in (("inputs", manifest.inputs, ext.inputs if ext else []),
+                                 ("outputs", manifest.outputs, ext.outputs if ext else [])):
+        by_name = {entry.name: entry for entry in entries}
+        specs = []
+        for span in spans:
+            entry = by_name.get(span.name)
+            if entry is None or entry.shape is None:
+                specs.append(TensorSpec(span.name, span.base, span.size))
+                continue
+            shape = tuple(entry.shape)
+            layout = entry.layout.model_dump() if entry.layout is not None else None
+            if not layout:  # no layout recorded: the tensor as it is, its last axis padded to whole vectors
+                n = arch.array_size
+                last = shape[-1] if shape else 1
+                layout = {"perm": list(range(len(shape))), "padded_channels": max(1, -(-last // n)) * n}
+            try:
+                need = vector_count(shape, layout, arch.array_size)
+            except ArtifactError as e:
+                raise ArtifactError(f"{source}: systolix.{what} {span.name!r}: {e}") from None
+            if need != span.size:
+                raise ArtifactError(
+                    f"{source}: systolix.{what} {span.name!r}: shape {list(shape)} with its layout takes {need:,} "
+                    f"vectors but the DRAM0 span has {span.size:,}"
+                )
+            specs.append(TensorSpec(span.name, span.base, span.size, shape, layout))
+        result.append(specs)
+    return result[0], result[1]
+
+
+def constants_bytes(manifest: TModel) -> int:
+    """Bytes the manifest's constants take once read (raw values, 8 bytes a scalar)."""
+    storage = np.dtype(manifest.arch.data_type.storage_dtype).itemsize
+    return sum(c.size for c in manifest.consts) * manifest.arch.array_size * storage
+
+
+def check_constants_fit(manifest: TModel, source: str, already: int = 0) -> None:
+    """``MemoryLimitError`` if reading the constants (plus ``already`` bytes) would pass the limit."""
+    from systolix.limits import MemoryLimitError, format_bytes, limit_source, memory_limit
+
+    need = already + constants_bytes(manifest)
+    limit = memory_limit()
+    if need > limit:
+        raise MemoryLimitError(f"{source}: the constants would need {format_bytes(need)} once read, more than the "
+                               f"memory limit of {format_bytes(limit)} ({limit_source()})")
+
+
+def check_layer_map(manifest: TModel, instructions: int, source: str) -> None:
+    """Every layer of ``systolix.layers`` covers instructions of the program (``ArtifactError``)."""
+    ext = manifest.extension
+    for i, layer in enumerate((ext.layers or []) if ext else []):
+        if layer.end > instructions:
+            raise ArtifactError(f"{source}: systolix.layers[{i}] ({layer.name!r}): instruction range [{layer.first}, "
+                                f"{layer.end}) is outside the program's {instructions} instructions")
+
+
 class SaturationWarning(UserWarning):
     """A run saturated: some sum or input went past the data type's range, so the outputs may
     differ from the model's (fixed-point arithmetic clamps instead of failing)."""
@@ -71,88 +171,66 @@ class Model:
     """A ``.tmodel`` with its program decoded and its constants read, ready to ``run``."""
 
     def __init__(self, manifest: TModel, directory: Path, source: str):
+        """Read the program and constants ``manifest`` names (relative names inside ``directory``).
+
+        Raises ``ArtifactError`` (a file outside the folder, not a regular file, missing, shorter
+        than the manifest says, spans past the architecture's memories, a ``systolix`` shape or
+        layout that does not match its span) and ``DecodingError`` (a malformed program).
+        """
+        from systolix.artifacts.files import read_member
+        from systolix.artifacts.tdata import unpack_vectors
+
         self.manifest = manifest
         self.directory = Path(directory)
         self.source = source
         self.arch = manifest.arch
         self.name = manifest.name
         n = self.arch.array_size
-        prog_path = self.directory / manifest.prog.file_name
-        try:
-            data = prog_path.read_bytes()
-        except OSError as e:
-            raise ArtifactError(f"{source}: cannot read program {prog_path}: {e.strerror}") from None
+        manifest.check_spans(source)
+        prog_name = manifest.prog.file_name
+        data = read_member(self.directory, prog_name, "prog.file_name", source, "program",
+                           count=manifest.prog.size + 1)
         if len(data) != manifest.prog.size:
-            raise ArtifactError(f"{source}: prog.size says {manifest.prog.size} bytes but {prog_path} has {len(data)}")
-        self.program: DecodedProgram = decode_program(data, InstructionLayout.of(self.arch), str(prog_path))
+            raise ArtifactError(f"{source}: prog.size says {manifest.prog.size} bytes but {prog_name} has "
+                                f"{'more' if len(data) > manifest.prog.size else len(data)}")
+        self.program: DecodedProgram = decode_program(data, InstructionLayout.of(self.arch), str(self.directory / prog_name))
 
+        check_constants_fit(manifest, source)
         self.constants: list[tuple[int, np.ndarray]] = []
         target = "local" if manifest.load_consts_to_local else "dram1"
-        depth = self.arch.local_depth if target == "local" else self.arch.dram1_depth
+        vector_bytes = self.arch.vector_bytes
         for k, c in enumerate(manifest.consts):
-            path = self.directory / c.file_name
-            vectors = read_tdata(path, self.arch.data_type, n)
-            if vectors.shape[0] < c.size:
+            raw = read_member(self.directory, c.file_name, f"consts[{k}].file_name", source, "constants",
+                              count=c.size * vector_bytes)
+            if len(raw) < c.size * vector_bytes:
                 raise ArtifactError(
-                    f"{source}: consts[{k}] says {c.size} vectors but {path} holds only {vectors.shape[0]} "
-                    f"({vectors.shape[0] * self.arch.vector_bytes} bytes of {c.size * self.arch.vector_bytes})"
+                    f"{source}: consts[{k}] says {c.size} vectors but {c.file_name} holds only {len(raw) // vector_bytes} "
+                    f"({len(raw)} bytes of {c.size * vector_bytes})"
                 )
-            if c.base + c.size > depth:
-                raise ArtifactError(
-                    f"{source}: consts[{k}] spans vectors {c.base}..{c.base + c.size - 1}, past {target} depth {depth}"
-                )
-            self.constants.append((c.base, vectors[: c.size]))
+            self.constants.append((c.base, unpack_vectors(raw, self.arch.data_type, n, str(self.directory / c.file_name))))
         self.constants_memory = target
 
-        ext = manifest.systolix or {}
-        self.inputs = self._specs(manifest.inputs, ext.get("inputs"), "inputs")
-        self.outputs = self._specs(manifest.outputs, ext.get("outputs"), "outputs")
-
-    def _specs(self, spans, extension, what: str) -> list[TensorSpec]:
-        by_name: dict[str, dict] = {}
-        for entry in extension or []:
-            if isinstance(entry, dict) and "name" in entry:
-                by_name[entry["name"]] = entry
-        specs = []
-        for span in spans:
-            if span.base + span.size > self.arch.dram0_depth:
-                raise ArtifactError(f"{self.source}: {what} {span.name!r} spans past dram0_depth {self.arch.dram0_depth}")
-            entry = by_name.get(span.name)
-            if entry is None or entry.get("shape") is None:
-                specs.append(TensorSpec(span.name, span.base, span.size))
-                continue
-            shape = tuple(int(s) for s in entry["shape"])
-            layout = entry.get("layout")
-            if not layout:  # no layout recorded: the tensor as it is, its last axis padded to whole vectors
-                n = self.arch.array_size
-                last = shape[-1] if shape else 1
-                layout = {"perm": list(range(len(shape))), "padded_channels": max(1, -(-last // n)) * n}
-            need = vector_count(shape, layout, self.arch.array_size)
-            if need != span.size:
-                raise ArtifactError(
-                    f"{self.source}: systolix.{what} {span.name!r}: shape {list(shape)} with its layout takes {need} "
-                    f"vectors but the DRAM0 span has {span.size}"
-                )
-            specs.append(TensorSpec(span.name, span.base, span.size, shape, layout))
-        return specs
+        self.inputs, self.outputs = tensor_specs(manifest, source)
+        check_layer_map(manifest, len(self.program), source)
 
     @classmethod
     def load(cls, path: str | Path) -> "Model":
+        """A ``.tmodel`` that runs wholly on the accelerator (``ArtifactError`` for a bad one)."""
         path = Path(path)
         return cls(TModel.load(path), path.parent, str(path))
 
     # --- inputs ------------------------------------------------------------------
-    def _input_vectors(self, spec: TensorSpec, array: Any, batch: bool | None) -> tuple[np.ndarray, bool]:
+    def _input_vectors(self, spec: TensorSpec, array: Any, batch: bool | None,
+                       allow_nonfinite: bool = False) -> tuple[np.ndarray, bool]:
         """Float vectors ``[batch, n, N]`` for one input and whether it was batched."""
         n = self.arch.array_size
-        a = np.asarray(array)
-        if a.dtype.kind not in "fiub":
-            raise RuntimeInputError(f"input {spec.name!r}: expected numbers, got an array of {a.dtype}")
+        a = check_input(spec.name, array, allow_nonfinite=allow_nonfinite)
         if spec.vectors_only:
             single = (spec.size, n)
             if a.shape == single and batch is not True:
                 return a[None].astype(np.float32), False
             if a.ndim == 3 and a.shape[1:] == single and batch is not False:
+                _nonempty(spec.name, a)
                 return a.astype(np.float32), True
             raise RuntimeInputError(
                 f"input {spec.name!r}: expected raw vectors {list(single)} (or [batch, {spec.size}, {n}]), "
@@ -162,6 +240,7 @@ class Model:
         if a.shape == shape and batch is not True:
             return tensor_to_vectors(a[None], spec.layout, n).astype(np.float32), False
         if a.ndim == len(shape) + 1 and a.shape[1:] == shape and batch is not False:
+            _nonempty(spec.name, a)
             return tensor_to_vectors(a, spec.layout, n).astype(np.float32), True
         raise RuntimeInputError(
             f"input {spec.name!r}: expected shape {list(shape)} (or [batch, {', '.join(map(str, shape))}]), "
@@ -187,8 +266,15 @@ class Model:
         """Run on ``{name: array}`` (or one array for a one-input model); returns ``{name: array}``.
 
         ``batch=None`` infers a batch from an extra leading axis; ``True``/``False`` insist.
+        ``allow_nonfinite=True`` runs NaN and infinite inputs (NaN becomes 0, infinities
+        saturate, as Tensil's driver converts them) instead of refusing them.
         Options (``tracepoint``, ``trace_file``, ``progress``...) go to ``Emulator.run``.
         A run that saturated (see ``run_detailed`` for the counts) warns with ``SaturationWarning``.
+
+        Raises ``RuntimeInputError`` (an unknown or missing input, a wrong shape, a batch of 0,
+        complex, non-numeric, NaN or infinite values), ``MemoryLimitError`` (the run would need
+        more memory than ``systolix.limits.memory_limit()``) and ``EmulatorError`` (the program
+        addresses memory past the architecture's depths, or uses LoadLUT).
         """
         return self.run_counting(inputs, batch=batch, **run_options)[0]
 
@@ -228,22 +314,27 @@ class Model:
         batch: bool | None = None,
         progress: Callable[[int, int], None] | None = None,
         threads: int | None = None,
+        allow_nonfinite: bool = False,
+        memory_limit: int | None = None,
         engine: str = "emulator",
         rtl: Mapping[str, Any] | None = None,
         **run_options,
     ) -> ModelRun:
         """Run and return the outputs with their raw fixed-point values and the run's statistics.
 
-        ``threads`` splits the batch across that many threads (default 1). ``engine="rtl"`` runs
-        the program on the generated hardware under Verilator instead of the emulator (one
-        co-simulation per batch item; ``rtl`` holds ``systolix.rtl.cosim.RtlMachine`` options such
-        as ``dram``), and the result carries the RTL's clock counts (``result.cycles``).
+        ``threads`` splits the batch across that many threads (default 1). ``memory_limit``:
+        most bytes the emulator's memories may take (default ``systolix.limits.memory_limit()``).
+        ``engine="rtl"`` runs the program on the generated hardware under Verilator instead of
+        the emulator (one co-simulation per batch item; ``rtl`` holds
+        ``systolix.rtl.cosim.RtlMachine`` options such as ``dram``), and the result carries the
+        RTL's clock counts (``result.cycles``). Raises what ``run`` raises, and for the RTL
+        ``systolix.rtl.cosim.ToolMissing`` (no Verilator) and ``CosimError``.
         """
         given = self._collect(inputs)
         vectors: dict[str, np.ndarray] = {}
         batched_flags = []
         for spec in self.inputs:
-            v, was_batched = self._input_vectors(spec, given[spec.name], batch)
+            v, was_batched = self._input_vectors(spec, given[spec.name], batch, allow_nonfinite)
             vectors[spec.name] = v
             batched_flags.append(was_batched)
         sizes = {v.shape[0] for v in vectors.values()}
@@ -251,9 +342,11 @@ class Model:
             raise RuntimeInputError("every input must have the same batch axis (or none)")
         batch_size = sizes.pop() if sizes else 1
         batched = bool(batched_flags and batched_flags[0])
+        if batch_size < 1:
+            raise RuntimeInputError(f"{self.source}: the inputs hold a batch of 0 items: nothing to run")
 
         dtype = self.arch.data_type
-        emulator = self._machine(engine, batch_size, threads, rtl)
+        emulator = self._machine(engine, batch_size, threads, rtl, memory_limit)
         for base, consts in self.constants:
             emulator.write(self.constants_memory, base, consts)
         stats = ConversionStats()
@@ -276,17 +369,25 @@ class Model:
         return ModelRun(outputs, raw_outputs, result, stats.total, batch_size, batched,
                         extra={"emulator": emulator, "engine": engine})
 
-    def _machine(self, engine: str, batch: int, threads: int | None, rtl: Mapping[str, Any] | None):
+    def _machine(self, engine: str, batch: int, threads: int | None, rtl: Mapping[str, Any] | None,
+                 memory_limit: int | None):
         """What runs the program: the emulator, or the generated RTL under co-simulation."""
-        if engine == "emulator":
-            if rtl:
-                raise RuntimeInputError("RTL options were given, but the engine is the emulator")
-            return Emulator(self.arch, batch=batch, threads=threads)
         if engine == "rtl":
             from systolix.rtl.cosim import RtlMachine
 
             return RtlMachine(self.arch, batch=batch, threads=threads, **dict(rtl or {}))
-        raise RuntimeInputError(f"unknown engine {engine!r}: 'emulator' or 'rtl'")
+        if engine != "emulator":
+            raise RuntimeInputError(f"unknown engine {engine!r}: 'emulator' or 'rtl'")
+        if rtl:
+            raise RuntimeInputError("RTL options were given, but the engine is the emulator")
+        emulator = Emulator(self.arch, batch=batch, threads=threads, memory_limit=memory_limit)
+        # Room for everything the run touches, checked against the memory limit before anything
+        # is allocated: the program's own addresses, the constants, the inputs and the outputs.
+        io_spans = np.array([[s.base, s.base + s.size] for s in self.inputs + self.outputs], dtype=np.int64).reshape(-1, 2)
+        const_spans = np.array([[b, b + len(c)] for b, c in self.constants], dtype=np.int64).reshape(-1, 2)
+        emulator.reserve_program(self.program, str(self.directory / self.manifest.prog.file_name),
+                                 spans={"dram0": io_spans, self.constants_memory: const_spans})
+        return emulator
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{s.name}{list(s.shape) if s.shape else f'[{s.size} vectors]'}" for s in self.inputs)

@@ -1003,7 +1003,8 @@ class Lowering:
     def run_node(self, node: Node, x: np.ndarray) -> np.ndarray:
         """Run ``node`` alone in onnxruntime on ``x`` (its constant inputs as they are)."""
         import onnx
-        import onnxruntime as ort
+
+        from systolix.onnxrt import session
 
         key = (node.name, x.shape)
         sess = self._sessions.get(key) if hasattr(self, "_sessions") else None
@@ -1014,9 +1015,8 @@ class Lowering:
             graph = onnx.helper.make_graph([proto], "probe", inputs, [onnx.helper.make_tensor_value_info(node.outputs[0], onnx.TensorProto.FLOAT, None)], inits)
             model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", self.g.opset)])
             model.ir_version = min(model.ir_version, 8)
-            opts = ort.SessionOptions()
-            opts.log_severity_level = 3  # the probe's declared shape may be onnx's, not onnxruntime's
-            sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+            # (onnxruntime's logging is off: the probe's declared shape may be onnx's, not onnxruntime's)
+            sess = session(model, source=f"node {node.name!r} ({node.op_type})")
             if not hasattr(self, "_sessions"):
                 self._sessions = {}
             self._sessions[key] = sess
@@ -1075,7 +1075,8 @@ class Lowering:
         exactly as the reference computes it.
         """
         import onnx
-        import onnxruntime as ort
+
+        from systolix.onnxrt import session
 
         C = x.C
         probe = np.zeros((1, C, x.H, x.W), np.float32)
@@ -1093,9 +1094,7 @@ class Lowering:
                                        [onnx.helper.make_tensor_value_info(node.outputs[0], onnx.TensorProto.FLOAT, None)], inits)
         model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", self.g.opset)])
         model.ir_version = min(model.ir_version, 8)
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = session(model, source=f"node {node.name!r} ({node.op_type})")
         res = sess.run(None, {node.inputs[0]: probe})[0]
         src_rows = res[0, 0].astype(np.int64)
         if C > 1:
