@@ -31,8 +31,9 @@ from systolix.rtl import RtlConfig
 from systolix.rtl.cosim import RtlMachine
 
 LOCAL, ACC, DRAM = 64, 32, 128
-DESIGNS = [(2, "FP16BP8"), (4, "FP16BP8"), (8, "FP16BP8"), (2, "FP8BP4"), (4, "FP18BP10"), (2, "FP32BP16"),
-           (2, "FLOAT32")]
+# (array size, data type, local-memory lock regions)
+DESIGNS = [(2, "FP16BP8", 2), (4, "FP16BP8", 2), (8, "FP16BP8", 2), (2, "FP8BP4", 2), (4, "FP18BP10", 2),
+           (2, "FP32BP16", 2), (2, "FLOAT32", 2), (4, "FP16BP8", 8)]
 
 
 def arch_for(n: int, dtype: str) -> Architecture:
@@ -134,11 +135,11 @@ def assert_same_state(emulator: Emulator, rtl: RtlMachine) -> None:
         assert state[key] == regs[name] & ((1 << bits) - 1), name
 
 
-@pytest.fixture(scope="module", params=DESIGNS, ids=[f"{n}x{n}-{d}" for n, d in DESIGNS])
+@pytest.fixture(scope="module", params=DESIGNS, ids=[f"{n}x{n}-{d}-{k}locks" for n, d, k in DESIGNS])
 def design(request):
-    n, dtype = request.param
+    n, dtype, locks = request.param
     arch = arch_for(n, dtype)
-    cfg = RtlConfig(arch, name=f"diff{n}{dtype.lower()}")
+    cfg = RtlConfig(arch, name=f"diff{n}{dtype.lower()}" + ("" if locks == 2 else f"l{locks}"), local_locks=locks)
     from systolix.rtl.cosim import build
 
     build(cfg)

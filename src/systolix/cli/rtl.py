@@ -12,14 +12,13 @@ from systolix.cli import app
 from systolix.cli.common import console, err_console, resolve_arch
 from systolix.errors import SystolixError
 
-SYNTH_BOARDS = {"xilinx7": None, "ultrascale": None, "ecp5": "ecp5-85k"}
 
 
 def board_for(arch_name: str, family: str) -> str | None:
     """The board whose FPGA a preset is checked against (None: no budget known)."""
     from systolix.rtl.synth import BUDGETS
 
-    by_preset = {"pynqz1": "pynq-z1", "artya7100t": None, "cmoda7": None, "ultra96v2": "ultra96-v2",
+    by_preset = {"pynqz1": "pynq-z1", "artya7100t": "arty-a7-100t", "cmoda7": "cmod-a7-35t", "ultra96v2": "ultra96-v2",
                  "zcu104": "zcu104", "zcu104_uram": "zcu104", "arty-a7-35": "arty-a7-35", "pynq-z1": "pynq-z1",
                  "ultra96-v2": "ultra96-v2"}
     if family == "ecp5":
@@ -55,7 +54,8 @@ def rtl(
                               "(default: the preset's own board): arty-a7-35, pynq-z1, ultra96-v2, zcu104, ecp5-85k."),
     bus_bits: int = typer.Option(0, "--bus-bits", help="Width of the DRAM AXI ports and instruction stream "
                                  "(default: 128, or the largest power of two dividing a vector)."),
-    uram: bool = typer.Option(False, "--uram", help="UltraScale+: put large memories in UltraRAM."),
+    uram: bool = typer.Option(None, "--uram/--no-uram", help="UltraScale+: put large memories in UltraRAM "
+                              "(default: when the board has it)."),
 ) -> None:
     """Generate the Tensor Compute Unit's Verilog for an architecture, optionally synthesise it."""
     from systolix.artifacts.atomic import write_text_atomic
@@ -89,6 +89,8 @@ def rtl(
     budget = BUDGETS.get(chosen) if chosen else None
     if budget is not None and budget.family != synth:
         raise SystolixError(f"board {chosen} has a {budget.family} FPGA ({budget.part}), not {synth}")
+    if uram is None:
+        uram = budget is not None and budget.uram > 0
     with err_console.status(f"synthesising {name} for {synth}") as status:
         result = synthesize(cfg, synth, lambda what: status.update(what), uram=uram)
     data = result.to_json()

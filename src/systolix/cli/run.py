@@ -116,12 +116,18 @@ def _argmax_text(value: np.ndarray, batched: bool, classes: int | None, padded_n
     return text
 
 
-def _engine_options(engine: str, dram_latency: int | None) -> dict:
+def _engine_options(engine: str, dram_latency: int | None, dram_beat_cycles: int | None) -> dict:
     if engine == "emulator":
         return {}
+    from dataclasses import replace
+
     from systolix.rtl.cosim import DramModel
 
-    dram = DramModel() if dram_latency is None else DramModel(latency=dram_latency, write_latency=dram_latency)
+    dram = DramModel()
+    if dram_latency is not None:
+        dram = replace(dram, latency=dram_latency, write_latency=dram_latency)
+    if dram_beat_cycles is not None:
+        dram = replace(dram, beat_cycles=dram_beat_cycles)
     return {"engine": "rtl", "rtl": {"dram": dram}}
 
 
@@ -161,7 +167,8 @@ def run(
     engine: str = typer.Option("emulator", "--engine", help="emulator (bit-exact, fast) or rtl (the generated hardware under Verilator, with clock counts)."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object: outputs (shapes, argmax), cycles (RTL; null on the emulator), seconds."),
     threads: int = typer.Option(None, "--threads", min=1, help="Batch items run in parallel (emulator threads, RTL processes)."),
-    dram_latency: int = typer.Option(None, "--dram-latency", min=0, help="RTL engine: clocks from an AXI read request to its first beat (default 32)."),
+    dram_latency: int = typer.Option(None, "--dram-latency", min=0, help="RTL engine: clocks from an AXI read request to its first beat, and from a write's last beat to its response (default 32)."),
+    dram_beat_cycles: int = typer.Option(None, "--dram-beat-cycles", min=1, help="RTL engine: clocks per data beat on a DRAM port (default 1: the port's full width every clock)."),
 ) -> None:
     """Run a compiled model on the bit-exact emulator (or the RTL) and summarise its outputs."""
     import systolix
@@ -174,9 +181,9 @@ def run(
         raise SystolixError("--trace-file and --trace-range need --trace-at PC")
     if engine == "rtl" and trace_at is not None:
         raise SystolixError("--trace-at is an emulator feature; the RTL engine has no tracing (use --engine emulator)")
-    if dram_latency is not None and engine != "rtl":
-        raise SystolixError("--dram-latency applies to the RTL engine (--engine rtl)")
-    engine_options = _engine_options(engine, dram_latency)
+    if (dram_latency is not None or dram_beat_cycles is not None) and engine != "rtl":
+        raise SystolixError("--dram-latency and --dram-beat-cycles apply to the RTL engine (--engine rtl)")
+    engine_options = _engine_options(engine, dram_latency, dram_beat_cycles)
     ranges = [parse_range(r) for r in trace_range or []]
     if trace_file is not None:
         from systolix.cli.common import check_output_file

@@ -21,12 +21,15 @@ from systolix.perf.simulator import Timeline, TimingParameters, U_ACC, U_ARR, U_
 
 # Compute kinds, as systolix.rtl.commands.ComputeKind.
 K_MM, K_LW, K_SIMD, K_A2L, K_L2A = range(5)
+STALL_CAUSES = ("lock", "compute queue full", "DRAM queue full", "port A busy", "accumulator->local write in flight",
+                "weight drain", "DRAM latency")
+S_LOCK, S_COMPUTE_FULL, S_DRAM_FULL, S_PORT_A, S_A2L, S_DRAIN, S_DRAM_WAIT = range(7)
 LANE_NONE, LANE_COMPUTE, LANE_DRAM = range(3)
 AXI_MAX_BURST = 256
 AXI_BOUNDARY = 4096
 
 
-def decode_for_rtl(program: DecodedProgram, arch: Architecture, local_half: int):
+def decode_for_rtl(program: DecodedProgram, arch: Architecture, lock_region: int, local_locks: int):
     """Per-instruction columns the cycle model reads (lane, kind, locks, DRAM addresses)."""
     op = program.opcode.astype(np.int64)
     f = program.flags.astype(np.int64)
@@ -47,9 +50,10 @@ def decode_for_rtl(program: DecodedProgram, arch: Architecture, local_half: int)
     reads = (is_mm & ((f & 2) == 0)) | (is_lw & ((f & 1) == 0)) | (is_dm & np.isin(f, [1, 3, 13, 15]))
     writes = is_dm & np.isin(f, [0, 2, 12])
     last = addr0 + (count_m1 << s0)
-    low = addr0 < local_half
-    high = last >= local_half
-    lock = (low & reads) * 1 + (low & writes) * 2 + (high & reads) * 4 + (high & writes) * 8
+    lock = np.zeros(n_instr, dtype=np.int64)
+    for r in range(local_locks):  # as the decoder: bit 2r reads region r, bit 2r+1 writes it
+        touched = (last >= r * lock_region) & ((addr0 < (r + 1) * lock_region) if r < local_locks - 1 else True)
+        lock |= (touched & reads).astype(np.int64) << (2 * r) | (touched & writes).astype(np.int64) << (2 * r + 1)
     # DRAM byte addresses with the offset registers as the program set them before each move.
     offsets = np.zeros(2, dtype=np.int64)
     dram_addr = np.zeros(n_instr, dtype=np.int64)
@@ -93,13 +97,17 @@ def _fifo_step(inner, head, level, r_rdy, out_item, w_en, w_item, r_en, depth):
 @numba.njit(cache=True)
 def _simulate_rtl(lane, kind, count_m1, zeroes, two_slots, lock, dram_addr, dram_stride, dram_port, to_local,
                   n_instr, p_instr_bytes, p_bus_bytes, p_vector_bytes, p_n, p_cq_depth, p_dq_depth, p_outstanding,
-                  p_latency, p_write_latency, p_beat_cycles, p_gap, max_cycles):
+                  p_latency, p_write_latency, p_beat_cycles, p_gap, p_locks, max_cycles):
     D = 2 * p_n
     drain_reset = 2 * p_n - 3
     bpv = p_vector_bytes // p_bus_bytes
     size_shift = 0
     while (1 << size_shift) < p_bus_bytes:
         size_shift += 1
+    # Clocks lost, by cause (STALL_CAUSES): the decoder waiting on a lock or a full queue, the
+    # compute lane's head slot waiting on port A, an accumulator->local write or the weight
+    # drain, and the DRAM lane waiting for data after its requests went out.
+    stalls = np.zeros(7, dtype=np.int64)
     issue_t = np.full(n_instr, -1.0)
     start_t = np.full(n_instr, -1.0)
     end_t = np.full(n_instr, -1.0)
@@ -117,7 +125,7 @@ def _simulate_rtl(lane, kind, count_m1, zeroes, two_slots, lock, dram_addr, dram
     next_instr = 0
     cap = p_bus_bytes + p_instr_bytes
     # Decoder lock counters [lane][bit].
-    held = np.zeros((3, 4), dtype=np.int64)
+    held = np.zeros((3, 2 * p_locks), dtype=np.int64)
     # Queues.
     cq_inner = np.zeros(max(1, p_cq_depth - 1), dtype=np.int64)
     cq_head = 0
@@ -208,6 +216,13 @@ def _simulate_rtl(lane, kind, count_m1, zeroes, two_slots, lock, dram_addr, dram
             blocked = (early and (resv[c % RR] or a2l != 0)) or (k == K_LW and drain != 0) or \
                 (k == K_A2L and resv[(c + D) % RR]) or (k == K_L2A and resv[(c + D - 1) % RR])
             issue = not blocked
+            if blocked:
+                if k == K_LW and drain != 0:
+                    stalls[S_DRAIN] += 1
+                elif early and a2l != 0:
+                    stalls[S_A2L] += 1
+                else:
+                    stalls[S_PORT_A] += 1
             if k == K_SIMD:
                 last = not fetch
             else:
@@ -246,6 +261,8 @@ def _simulate_rtl(lane, kind, count_m1, zeroes, two_slots, lock, dram_addr, dram
         wlast = (burst_left == 1) if in_burst else (wl_item == 1)
         wready = wq_h[port] != wq_t[port] and c >= next_write_at[port]
         w_fire = wvalid and wready
+        if busy_d and started and issued != completed and not (rvalid or w_fire or fire):
+            stalls[S_DRAM_WAIT] += 1
         bvalid = busy_d and (not tl) and resp_h[port] != resp_t[port] and c >= resp[port, resp_h[port] % QM]
         all_moved = vectors == count and (not generating) and started and completed == issued and (not reading) \
             and (not wq_rdy)
@@ -263,15 +280,21 @@ def _simulate_rtl(lane, kind, count_m1, zeroes, two_slots, lock, dram_addr, dram
                 go = True
                 if ln != LANE_NONE:
                     other = LANE_DRAM if ln == LANE_COMPUTE else LANE_COMPUTE
-                    writes = (lk & 10) != 0
-                    lo = (lk & 3) != 0
-                    hi = (lk & 12) != 0
-                    conflict = (lo and (held[other, 1] != 0 or (writes and held[other, 0] != 0))) or \
-                        (hi and (held[other, 3] != 0 or (writes and held[other, 2] != 0)))
-                    if ln == LANE_COMPUTE:
-                        go = (cq_level != p_cq_depth - 1) and not conflict
-                    else:
-                        go = (dq_level != p_dq_depth - 1) and not conflict
+                    writes = False
+                    for r in range(p_locks):
+                        if (lk >> (2 * r + 1)) & 1:
+                            writes = True
+                    conflict = False
+                    for r in range(p_locks):
+                        if (lk >> (2 * r)) & 3:  # the range touches region r
+                            if held[other, 2 * r + 1] != 0 or (writes and held[other, 2 * r] != 0):
+                                conflict = True
+                    full = (cq_level == p_cq_depth - 1) if ln == LANE_COMPUTE else (dq_level == p_dq_depth - 1)
+                    go = not full and not conflict
+                    if conflict:
+                        stalls[S_LOCK] += 1
+                    elif full:
+                        stalls[S_COMPUTE_FULL if ln == LANE_COMPUTE else S_DRAM_FULL] += 1
                 accept = go
             else:
                 accept = True  # a padding NoOp
@@ -287,14 +310,14 @@ def _simulate_rtl(lane, kind, count_m1, zeroes, two_slots, lock, dram_addr, dram
             busy[U_DEC] += 1
             ln = lane[i]
             if ln != LANE_NONE:
-                for b in range(4):
+                for b in range(2 * p_locks):
                     if (lock[i] >> b) & 1:
                         held[ln, b] += 1
             else:
                 start_t[i] = c
                 end_t[i] = c
                 done_t[i] = c
-        for b in range(4):
+        for b in range(2 * p_locks):
             if (release_c >> b) & 1:
                 held[LANE_COMPUTE, b] -= 1
             if (release_d >> b) & 1:
@@ -464,7 +487,7 @@ def _simulate_rtl(lane, kind, count_m1, zeroes, two_slots, lock, dram_addr, dram
         if sent >= padded and not (fill >= p_instr_bytes and next_instr < total_instr) and cq_level == 0 and \
                 (not cq_rdy) and dq_level == 0 and (not dq_rdy) and compute_idle and dram_idle:
             break
-    return issue_t, start_t, end_t, done_t, busy, c
+    return issue_t, start_t, end_t, done_t, busy, c, stalls
 
 
 #: The DRAM model of the co-simulation (``systolix.rtl.cosim.DramModel``'s defaults).
@@ -482,15 +505,16 @@ def simulate_rtl(program: DecodedProgram, arch: Architecture, config=None, dram=
 
     cfg = config or RtlConfig(arch)
     dram = dram or DramModel()
-    columns = decode_for_rtl(program, arch, cfg.local_half)
-    issue, start, end, done, busy, cycles = _simulate_rtl(
+    columns = decode_for_rtl(program, arch, cfg.lock_region, cfg.local_locks)
+    issue, start, end, done, busy, cycles, stalls = _simulate_rtl(
         *columns, len(program), cfg.layout.instruction_bytes, cfg.axi_data_bytes, cfg.vector_bytes, cfg.n,
         cfg.compute_queue_depth, cfg.dram_queue_depth, cfg.max_outstanding_bursts,
-        dram.latency, dram.write_latency, dram.beat_cycles, dram.gap, max_cycles,
+        dram.latency, dram.write_latency, dram.beat_cycles, dram.gap, cfg.local_locks, max_cycles,
     )
     params = TimingParameters(array_size=cfg.n, fill_cycles=float(cfg.array_latency), vector_bytes=cfg.vector_bytes,
                               bytes_per_cycle=cfg.axi_data_bytes / dram.beat_cycles, request_cycles=0.0,
                               latency_cycles=float(dram.latency), burst_vectors=max(1, 4096 // cfg.vector_bytes),
-                              issue_cycles=1.0, local_half=cfg.local_half, dram_queue_depth=cfg.dram_queue_depth,
+                              issue_cycles=1.0, local_half=cfg.lock_region, dram_queue_depth=cfg.dram_queue_depth,
                               compute_queue_depth=cfg.compute_queue_depth)
-    return Timeline(issue=issue, start=start, end=end, done=done, busy=busy, cycles=float(cycles), params=params)
+    return Timeline(issue=issue, start=start, end=end, done=done, busy=busy, cycles=float(cycles), params=params,
+                    stalls=dict(zip(STALL_CAUSES, (int(v) for v in stalls))))

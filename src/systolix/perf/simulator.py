@@ -129,6 +129,7 @@ class Timeline:
     busy: np.ndarray  # clocks each unit was busy, indexed like UNITS
     cycles: float  # when the last instruction completed
     params: TimingParameters
+    stalls: dict[str, int] | None = None  # clocks lost by cause (the rtl board's model counts them)
 
     def __len__(self) -> int:
         return int(self.issue.shape[0])

@@ -3,7 +3,8 @@
 An instruction becomes one command: the compute lane takes MatMul, LoadWeights, SIMD and the
 DataMoves between local memory and the accumulators; the DRAM lane takes the DataMoves between
 local memory and DRAM0/DRAM1. Each command carries the local-memory locks its instruction
-took (``LOCK_*`` bits), which the lane gives back when the instruction is done with local memory.
+took (``RtlConfig.lock_bits``: bit 2r reads region r, bit 2r+1 writes it), which the lane gives
+back when the instruction is done with local memory.
 """
 
 from __future__ import annotations
@@ -14,10 +15,6 @@ from amaranth.lib import data
 
 from systolix.isa import log2ceil
 from systolix.rtl.config import RtlConfig
-
-# Lock bits: reader/writer of the lower and the upper half of local memory.
-LOCK_LOW_READ, LOCK_LOW_WRITE, LOCK_HIGH_READ, LOCK_HIGH_WRITE = (1, 2, 4, 8)
-
 
 class ComputeKind(IntEnum):
     MATMUL = 0
@@ -57,7 +54,7 @@ def compute_command(cfg: RtlConfig) -> data.StructLayout:
         "left": register_bits(cfg),
         "right": register_bits(cfg),
         "dest": register_bits(cfg),
-        "lock": 4,
+        "lock": cfg.lock_bits,
     })
 
 
@@ -72,5 +69,5 @@ def dram_command(cfg: RtlConfig) -> data.StructLayout:
         "dram_stride": max(1, L.stride1_bits),  # log2 of the stride in vectors
         "count_m1": L.size_bits,
         "cache": 4,
-        "lock": 4,
+        "lock": cfg.lock_bits,
     })

@@ -55,7 +55,7 @@ def slot_layout(cfg: RtlConfig) -> data.StructLayout:
         "right": register_bits(cfg),
         "dest": register_bits(cfg),
         "last": 1,
-        "lock": 4,
+        "lock": cfg.lock_bits,
     })
 
 
@@ -72,7 +72,7 @@ class ComputeLane(Elaboratable):
         self.local_wdata = Signal(nw)
         self.local_we = Signal()
         self.local_active = Signal()
-        self.release = Signal(4)
+        self.release = Signal(cfg.lock_bits)
         self.idle = Signal()
         # What the performance sampler watches.
         self.array_active = Signal()

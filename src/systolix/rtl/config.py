@@ -58,6 +58,9 @@ class RtlConfig:
     sample_block_size: int = 16
     #: Reset value of the decoder's timeout register (Tensil's default, in cycles).
     decoder_timeout: int = 100
+    #: Regions of local memory with a lock each (Tensil's lock pool has two, one per half): a DRAM
+    #: move and a compute instruction overlap when they touch different regions.
+    local_locks: int = 2
     name: str = field(default="")
 
     def __post_init__(self) -> None:
@@ -103,9 +106,13 @@ class RtlConfig:
                 f"whole number of {self.axi_data_bits}-bit AXI words; use a width dividing it")
         if self.layout.instruction_bytes * 8 > 256:
             raise ArchitectureError(f"{where}: instructions of {self.layout.instruction_bytes} bytes are too wide")
-        for key in ("compute_queue_depth", "dram_queue_depth", "max_outstanding_bursts", "sample_block_size"):
-            if not 1 <= getattr(self, key) <= 256:
-                raise ArchitectureError(f"{where}: {key} = {getattr(self, key)}: between 1 and 256")
+        for key in ("compute_queue_depth", "dram_queue_depth", "max_outstanding_bursts"):
+            if not 2 <= getattr(self, key) <= 256:
+                raise ArchitectureError(f"{where}: {key} = {getattr(self, key)}: between 2 and 256")
+        if not 1 <= self.sample_block_size <= 2**16:
+            raise ArchitectureError(f"{where}: sample_block_size = {self.sample_block_size}: between 1 and 65536")
+        if not 1 <= self.local_locks <= min(32, a.local_depth):
+            raise ArchitectureError(f"{where}: local_locks = {self.local_locks}: between 1 and 32 (and at most local_depth)")
 
     # --- derived -------------------------------------------------------------------
     @property
@@ -151,9 +158,14 @@ class RtlConfig:
         return 8 * self.layout.instruction_bytes
 
     @property
-    def local_half(self) -> int:
-        """First address of the upper local-memory lock."""
-        return self.arch.local_depth // 2
+    def lock_region(self) -> int:
+        """Vectors of local memory under one lock (the last region may be shorter)."""
+        return -(-self.arch.local_depth // self.local_locks)
+
+    @property
+    def lock_bits(self) -> int:
+        """A read and a write lock per region: bit 2r reads region r, bit 2r+1 writes it."""
+        return 2 * self.local_locks
 
     @property
     def array_latency(self) -> int:
@@ -186,5 +198,6 @@ class RtlConfig:
             "dram_queue_depth": self.dram_queue_depth,
             "max_outstanding_bursts": self.max_outstanding_bursts,
             "sample_block_size": self.sample_block_size,
+            "local_locks": self.local_locks,
             "array_latency": self.array_latency,
         }

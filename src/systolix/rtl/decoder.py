@@ -4,14 +4,15 @@ Each clock the decoder takes at most one instruction and either acts on it (NoOp
 queues it as a command for the lane that runs it: the compute lane or the DRAM lane. It issues in
 program order and stalls on the first instruction that cannot go.
 
-The two lanes share only local memory, and only through the locks: local memory is two halves,
-each with a reader/writer lock per lane (Tensil's ``LockPool`` has two locks, one per half). An
-instruction takes the locks of the halves its address range touches when it is queued and its
-lane gives them back when it is done with local memory. It may be queued only if the other lane
-holds no write lock on a half it touches, nor (if it writes) a read lock. So every pair of
-instructions that touch the same half of local memory, one of them writing, runs in program
-order, and everything else overlaps: a DRAM load into one half runs while the array works on
-the other, and a program gives the same results as on the emulator, whatever its order.
+The two lanes share only local memory, and only through the locks: local memory is cut into
+regions (``RtlConfig.local_locks``; two halves by default, as Tensil's ``LockPool`` has two
+locks), each with a reader/writer lock per lane. An instruction takes the locks of the regions its
+address range touches when it is queued and its lane gives them back when it is done with local
+memory. It may be queued only if the other lane holds no write lock on a region it touches, nor
+(if it writes) a read lock. So every pair of instructions that touch the same region, one of them
+writing, runs in program order, and everything else overlaps: a DRAM load into one half runs
+while the array works on the other, and a program gives the same results as on the emulator,
+whatever its order.
 
 The configuration registers are Tensil's (``ConfigRegister``). DRAM offsets are read when a
 DataMove is queued, so a Configure affects only the moves after it, in program order.
@@ -23,9 +24,7 @@ from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal
 from amaranth.lib.fifo import SyncFIFOBuffered
 
 from systolix.isa import ConfigRegister, DataFlow, Opcode
-from systolix.rtl.commands import (
-    LOCK_HIGH_READ, LOCK_HIGH_WRITE, LOCK_LOW_READ, LOCK_LOW_WRITE, ComputeKind, compute_command, dram_command,
-)
+from systolix.rtl.commands import ComputeKind, compute_command, dram_command
 from systolix.rtl.config import RtlConfig
 
 LOCK_COUNTER_BITS = 10
@@ -44,8 +43,8 @@ class Decoder(Elaboratable):
         self.dram_cmd = Signal(dram_command(cfg))
         self.dram_valid = Signal()
         self.dram_ready = Signal()
-        self.compute_release = Signal(4)
-        self.dram_release = Signal(4)
+        self.compute_release = Signal(cfg.lock_bits)
+        self.dram_release = Signal(cfg.lock_bits)
         self.lanes_idle = Signal()
         # Registers and flags.
         self.program_counter = Signal(32)
@@ -83,7 +82,7 @@ class Decoder(Elaboratable):
         a0, a1, s0, s1 = L.operand0_address_bits, L.operand1_address_bits, L.stride0_bits, L.stride1_bits
         addr0, stride0 = op0[0:a0], op0[a0 : a0 + s0] if s0 else Const(0, 1)
         addr1, stride1 = op1[0:a1], op1[a1 : a1 + s1] if s1 else Const(0, 1)
-        size = op2[0 : L.size_bits]
+        size_field = op2[0 : L.size_bits]
         r = L.simd_operand_bits
 
         m.submodules.compute_queue = cq = SyncFIFOBuffered(width=compute_command(cfg).size, depth=cfg.compute_queue_depth)
@@ -114,7 +113,7 @@ class Decoder(Elaboratable):
         known = to_compute | dram_move | is_config | is_noop
 
         # Local-memory range and locks.
-        count_m1 = Mux(is_load, addr1, size)
+        count_m1 = Mux(is_load, addr1, size_field)
         reads_local = ((is_matmul & ~flags[1]) | (is_load & ~flags[0]) | (is_move & ((flags == DataFlow.LOCAL_TO_DRAM0)
                        | (flags == DataFlow.LOCAL_TO_DRAM1) | (flags == DataFlow.LOCAL_TO_ACC)
                        | (flags == DataFlow.LOCAL_TO_ACC_ACCUMULATE))))
@@ -123,19 +122,23 @@ class Decoder(Elaboratable):
         first = addr0
         last = Signal(a0 + L.size_bits + (1 << max(1, s0)) + 1)
         m.d.comb += last.eq(first + (count_m1 << stride0))
-        low = first < cfg.local_half
-        high = last >= cfg.local_half
-        lock = Signal(4)
-        m.d.comb += lock.eq(Cat(low & reads_local, low & writes_local, high & reads_local, high & writes_local))
+        # Region r holds addresses [r * region, (r + 1) * region): the range touches it when it starts
+        # before its end and ends at or after its start.
+        region = cfg.lock_region
+        touched = [((first < (r + 1) * region) if r < cfg.local_locks - 1 else 1) & (last >= r * region)
+                   for r in range(cfg.local_locks)]
+        lock = Signal(cfg.lock_bits)
+        m.d.comb += lock.eq(Cat(*[Cat(t & reads_local, t & writes_local) for t in touched]))
 
-        held = {}
-        for lane in ("compute", "dram"):
-            held[lane] = [Signal(LOCK_COUNTER_BITS, name=f"{lane}_lock_{i}") for i in range(4)]
+        held = {lane: [Signal(LOCK_COUNTER_BITS, name=f"{lane}_lock_{i}") for i in range(cfg.lock_bits)]
+                for lane in ("compute", "dram")}
 
         def conflicts(other):
-            low_r, low_w, high_r, high_w = (c != 0 for c in held[other])
-            return ((low & (low_w | (writes_local & low_r))) | (high & (high_w | (writes_local & high_r)))) & (
-                reads_local | writes_local)
+            clash = 0
+            for r, t in enumerate(touched):
+                readers, writers = held[other][2 * r] != 0, held[other][2 * r + 1] != 0
+                clash = clash | (t & (writers | (writes_local & readers)))
+            return clash & (reads_local | writes_local)
 
         go = Signal()
         with m.If(to_compute):
@@ -181,7 +184,7 @@ class Decoder(Elaboratable):
             dram.local_stride.eq(stride0),
             dram.dram_addr.eq(Mux(which, dram_offset[1], dram_offset[0]) + addr1 * cfg.vector_bytes),
             dram.dram_stride.eq(stride1),
-            dram.count_m1.eq(size),
+            dram.count_m1.eq(size_field),
             dram.cache.eq(Mux(which, dram_cache[1], dram_cache[0])),
             dram.lock.eq(lock),
             cq.w_data.eq(compute),

@@ -35,7 +35,7 @@ class DramLane(Elaboratable):
         self.local_wdata = Signal(cfg.vector_bits)
         self.local_we = Signal()
         self.local_active = Signal()
-        self.release = Signal(4)
+        self.release = Signal(cfg.lock_bits)
         self.idle = Signal()
 
     def _to_dram(self, vector):

@@ -51,6 +51,8 @@ class Budget:
 
 BUDGETS = {
     "arty-a7-35": Budget("arty-a7-35", "XC7A35T", "xilinx7", lut=20_800, ff=41_600, dsp=90, bram36=50),
+    "cmod-a7-35t": Budget("cmod-a7-35t", "XC7A35T", "xilinx7", lut=20_800, ff=41_600, dsp=90, bram36=50),
+    "arty-a7-100t": Budget("arty-a7-100t", "XC7A100T", "xilinx7", lut=63_400, ff=126_800, dsp=240, bram36=135),
     "pynq-z1": Budget("pynq-z1", "XC7Z020", "xilinx7", lut=53_200, ff=106_400, dsp=220, bram36=140),
     "ultra96-v2": Budget("ultra96-v2", "ZU3EG", "ultrascale", lut=70_560, ff=141_120, dsp=360, bram36=216),
     "zcu104": Budget("zcu104", "ZU7EV", "ultrascale", lut=230_400, ff=460_800, dsp=1_728, bram36=312, uram=96),
