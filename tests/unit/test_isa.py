@@ -57,6 +57,7 @@ def test_encode_decode_round_trip(name, data):
     assert len(raw) == len(prog) * L.instruction_bytes
     decoded = decode_program(raw, L)
     assert list(decoded) == prog
+    assert decoded.to_bytes() == raw  # the decoded columns give the bytes back
     # ... and the assembly text round-trips too.
     assert parse_program(format_program(decoded)) == prog
 

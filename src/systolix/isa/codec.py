@@ -209,6 +209,14 @@ class DecodedProgram:
         for i in range(len(self)):
             yield self.instruction(i)
 
+    def to_bytes(self) -> bytes:
+        """The program as ``.tprog`` bytes again (what ``decode_program`` read)."""
+        L = self.layout
+        whole = self.op0.astype(object) | self.op1.astype(object) << L.operand0_bits \
+            | self.op2.astype(object) << (L.operand0_bits + L.operand1_bits) \
+            | (self.opcode.astype(object) << 4 | self.flags.astype(object)) << L.operands_bits
+        return b"".join(int(w).to_bytes(L.instruction_bytes, "little") for w in whole)
+
     def opcode_counts(self) -> dict[str, int]:
         counts = np.bincount(self.opcode, minlength=16)
         return {OPCODE_NAMES[o]: int(counts[o]) for o in Opcode if counts[o]}

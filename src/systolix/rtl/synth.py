@@ -172,10 +172,7 @@ def synthesize(cfg: RtlConfig, family: str, progress: Callable[[str], None] | No
         if uram:
             command += " -uram"
         shutil.copy(source, tmp / "top.v")  # the WebAssembly Yosys sees only its working folder
-        script = ["read_verilog -sv top.v", command]
-        if family == "ecp5":
-            script.append("write_json netlist.json")
-        script.append("tee -o stat.txt stat")
+        script = ["read_verilog -sv top.v", command, "tee -o stat.txt stat"]
         (tmp / "synth.ys").write_text("\n".join(script) + "\n")
         if progress:
             progress(f"synthesising {cfg.name} for {family} with Yosys (minutes for large arrays)")
@@ -187,14 +184,51 @@ def synthesize(cfg: RtlConfig, family: str, progress: Callable[[str], None] | No
         if family == "ecp5":
             if progress:
                 progress(f"placing and routing {cfg.name} on an ECP5 {ECP5_DEVICE[0][2:]} with nextpnr")
-            resources.fmax_mhz = _ecp5_fmax(tmp)
+            resources.fmax_mhz = _ecp5_fmax(cfg, yosys, tmp)
     resources.seconds = time.perf_counter() - started
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_text(json.dumps(resources.to_json(), indent=2))
     return resources
 
 
-def _ecp5_fmax(folder: Path) -> float | None:
+def fmax_wrapper(cfg: RtlConfig) -> str:
+    """A top level with three pins around the TCU, for place and route on its own: every TCU input
+    comes from a shift register fed by one pin and every output is folded into one register, so
+    that its ~1,000 ports need no package pins and every path into and out of it is registered."""
+    from systolix.rtl.tcu import TensorComputeUnit
+
+    tcu = TensorComputeUnit(cfg)
+    ins = [(s.name, len(s)) for s, d in tcu.ports() if d == "in" and s.name != "clock"]
+    outs = [(s.name, len(s)) for s, d in tcu.ports() if d == "out"]
+    width_in = sum(w for _, w in ins)
+    width_out = sum(w for _, w in outs)
+    lines = ["module fmax_top(input clk, input din, output reg dout);",
+             f"  reg [{width_in - 1}:0] chain;",
+             f"  always @(posedge clk) chain <= {{chain[{width_in - 2}:0], din}};",
+             f"  wire [{width_out - 1}:0] folded;",
+             f"  top_{cfg.name} tcu (.clock(clk),"]
+    at = 0
+    connections = []
+    for name, w in ins:
+        connections.append(f"    .{name}(chain[{at + w - 1}:{at}])")
+        at += w
+    at = 0
+    for name, w in outs:
+        connections.append(f"    .{name}(folded[{at + w - 1}:{at}])")
+        at += w
+    lines.append(",\n".join(connections) + ");")
+    lines += ["  always @(posedge clk) dout <= ^folded;", "endmodule", ""]
+    return "\n".join(lines)
+
+
+def _ecp5_fmax(cfg: RtlConfig, yosys: list[str], folder: Path) -> float | None:
+    (folder / "fmax_top.v").write_text(fmax_wrapper(cfg))
+    (folder / "fmax.ys").write_text("read_verilog -sv top.v fmax_top.v\nsynth_ecp5 -top fmax_top -flatten\n"
+                                    "write_json netlist.json\n")
+    result = subprocess.run(yosys + ["-q", "-s", "fmax.ys"], cwd=folder, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-10:])
+        raise SynthesisError(f"Yosys failed on the place-and-route wrapper of top_{cfg.name}:\n{tail}")
     cmd = _nextpnr_command() + [*ECP5_DEVICE[:1], "--package", ECP5_DEVICE[1], "--json", "netlist.json",
                                 "--textcfg", "out.config", "--freq", "100", "--timing-allow-fail", "--report",
                                 "report.json", "--seed", "1"]

@@ -76,7 +76,11 @@ class TensorComputeUnit(Elaboratable):
         m.submodules.compute_lane = compute = ComputeLane(cfg)
         m.submodules.dram_lane = dram = DramLane(cfg, self.dram0, self.dram1)
         m.submodules.sampler = sampler = Sampler(cfg.sample_block_size)
-        m.submodules.local_memory = local = Memory(shape=cfg.vector_bits, depth=cfg.arch.local_depth, init=[])
+        # no_rw_check: tell synthesis that the two ports never meet on one address in one clock
+        # (the locks keep the lanes apart, and each lane reads or writes its port, never both), so
+        # the memory maps onto true dual-port block RAM without collision logic.
+        m.submodules.local_memory = local = Memory(shape=cfg.vector_bits, depth=cfg.arch.local_depth, init=[],
+                                                   attrs={"no_rw_check": 1})
         port_a_write = local.write_port()
         port_a_read = local.read_port()
         port_b_write = local.write_port()

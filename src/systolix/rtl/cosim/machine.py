@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from systolix.arch import Architecture
+from systolix.emulator.machine import RunResult
 from systolix.isa import OPCODE_NAMES, DataFlow, DataMove, DecodedProgram, InstructionLayout, Opcode, decode_program, encode_program
 from systolix.numerics import DataType
 from systolix.rtl.config import RtlConfig
@@ -111,7 +112,6 @@ class RtlMachine:
         self.want_samples = samples
         self.max_cycles = max_cycles
         self.binary = build(self.cfg, progress)
-        n = arch.array_size
         self._writes: dict[str, list[tuple[int, np.ndarray]]] = {"dram0": [], "dram1": [], "local": []}
         self._dram_out: list[dict[str, bytes]] = []
         self.runs: list[RtlRun] = []
@@ -153,7 +153,7 @@ class RtlMachine:
         layout = InstructionLayout.of(self.arch)
         if isinstance(program, DecodedProgram):
             decoded = program
-            data = _program_bytes(program)
+            data = program.to_bytes()
         else:
             data = bytes(program)
             decoded = decode_program(data, layout, source)
@@ -265,21 +265,10 @@ class RtlMachine:
 
 
 @dataclass
-class RtlRunResult:
-    """``systolix.emulator.RunResult``'s fields, plus the RTL's clock counts per batch item."""
+class RtlRunResult(RunResult):
+    """An emulator ``RunResult`` (the RTL counts no saturations), plus the RTL's clocks per batch item."""
 
-    instructions: int
-    counts: dict[str, int]
-    saturations: dict[str, int]
-    saturations_per_item: np.ndarray
-    registers: dict[str, int]
-    seconds: float
-    cycles: list[int]
-    tracepoint_hits: list[int] = field(default_factory=list)
-
-    @property
-    def saturation_total(self) -> int:
-        return 0
+    cycles: list[int] = field(default_factory=list)
 
 
 def _pad_to_words(data: bytes, instruction_bytes: int, word_bytes: int) -> tuple[bytes, int]:
@@ -293,15 +282,3 @@ def _pad_to_words(data: bytes, instruction_bytes: int, word_bytes: int) -> tuple
     while (len(data) + padding * instruction_bytes) % word_bytes:
         padding += 1
     return data + bytes(padding * instruction_bytes), padding
-
-
-def _program_bytes(program: DecodedProgram) -> bytes:
-    layout = program.layout
-    out = bytearray()
-    ob0, ob1, ob2 = layout.operand_bytes
-    for i in range(len(program)):
-        whole = int(program.op0[i]) | int(program.op1[i]) << layout.operand0_bits | \
-            int(program.op2[i]) << (layout.operand0_bits + layout.operand1_bits)
-        whole |= (int(program.opcode[i]) << 4 | int(program.flags[i])) << layout.operands_bits
-        out += whole.to_bytes(layout.instruction_bytes, "little")
-    return bytes(out)
