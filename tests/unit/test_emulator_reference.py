@@ -1,4 +1,4 @@
-"""Random programs: the numba emulator against the plain-NumPy interpreter of the speech test.
+"""Random programs: the numba emulator against its specification, ``systolix.emulator.reference``.
 
 Hypothesis draws short programs of every instruction kind (valid addresses, every flag, every
 SIMD op and register) and memories of values from tiny to full range, so partial sums saturate in the
@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from systolix.arch import Architecture
 from systolix.emulator import Emulator
+from systolix.emulator.reference import ReferenceTCU
 from systolix.isa import (
     SIMD,
     Configure,
@@ -27,7 +28,6 @@ from systolix.isa import (
     decode_program,
     encode_program,
 )
-from tests.e2e.test_speech_tensil import NumpyTCU
 
 N, LOCAL, ACC, DRAM = 4, 32, 16, 32
 DEPTHS = {"local": LOCAL, "acc": ACC, "dram0": DRAM, "dram1": DRAM}
@@ -94,7 +94,7 @@ def instruction(draw):
     batch=st.integers(1, 3),
 )
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_random_programs_agree_with_numpy_interpreter(dtype, program, seed, scale, batch):
+def test_random_programs_agree_with_the_reference(dtype, program, seed, scale, batch):
     arch = arch_for(dtype)
     dt = arch.data_type
     rng = np.random.default_rng(seed)
@@ -102,7 +102,7 @@ def test_random_programs_agree_with_numpy_interpreter(dtype, program, seed, scal
     data = encode_program(program, layout)
 
     emulator = Emulator(arch, batch=batch, threads=2)  # batches of 2-3 split across threads
-    reference = NumpyTCU(arch, batch, dram0_vectors=DRAM, dram1_vectors=DRAM)
+    reference = ReferenceTCU(arch, batch, dram0_vectors=DRAM, dram1_vectors=DRAM)
     lo, hi = int(dt.min_int * scale), int(dt.max_int * scale)
     for name, depth in DEPTHS.items():
         values = rng.integers(lo, hi + 1, size=(batch, depth, N), dtype=np.int64)
