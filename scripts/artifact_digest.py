@@ -47,6 +47,25 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def refusals(only: list[str]) -> list[str]:
+    """What ``--no-host`` says of every model with a host node, and what the bad models get."""
+    from systolix.models import MODELS, build_cached
+
+    lines = []
+    for name, spec in MODELS.items():
+        if (only and name not in only) or spec.family not in ("host", "bad", "ops"):
+            continue
+        model = build_cached(name)
+        if spec.family == "ops":
+            import systolix
+
+            placement = systolix.compile(model, "ultra96v2").summary.placement
+            if "host" not in placement.values():
+                continue
+        lines += compile_lines(f"{name} no-host", model, "ultra96v2", "local-isolated", host=False)
+    return lines
+
+
 def models(only: list[str], quick: bool):
     """(name, onnx.ModelProto) of every model to compile, in a fixed order."""
     import onnx
@@ -93,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                 for line in compile_lines(name, model, arch, strategy):
                     print(line, flush=True)
         print(f"# {name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    for line in refusals(args.only):
+        print(line, flush=True)
     if not args.no_calibrated:
         for name, arch, count in CALIBRATED:
             if name not in built:
