@@ -107,6 +107,9 @@ def compile_command(
     no_split: bool = typer.Option(False, "--no-split",
                                   help="Fail when the constants exceed DRAM1 instead of cutting the model into programs run in a row."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the path of the written .tmodel."),
+    dump_ir: Path = typer.Option(None, "--dump-ir",
+                                 help="Write the graph, HIR, plan and LIR after every pass into this directory, as text "
+                                      "(one folder per accelerator program)."),
 ) -> None:
     """Compile an ONNX model for a Tensil-compatible accelerator and print a compile summary."""
     from systolix.compiler import compile_model
@@ -125,7 +128,7 @@ def compile_command(
             progress.update(task, description=f"{what} ({unit})", completed=done, total=total)
 
         compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_step,
-                                 calibration=calibrate, split=not no_split)
+                                 calibration=calibrate, split=not no_split, dump_ir=dump_ir)
     path = compiled.save(output)
     if quiet:
         console.print(str(path))
@@ -134,3 +137,5 @@ def compile_command(
         console.print(table)
     written = sorted(output / f for f in compiled.artifacts)
     console.print("wrote " + ", ".join(str(p) for p in written))
+    if dump_ir is not None:
+        console.print(f"wrote the IR after every pass into {dump_ir}/")

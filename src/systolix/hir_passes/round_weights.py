@@ -11,8 +11,8 @@ the samples. On the MobileNetV2 stack it takes the logits' error from rounding t
 which no choice of weights changes, are the rest of the error.
 
 The bias is rounded last as one more weight whose input is always 1, so it takes up what the
-mean of the inputs carries of the others' errors. ``calibrate`` in ``systolix.scheduler.precision``
-collects the Gram matrices in the same float runs that find the accumulator ranges.
+mean of the inputs carries of the others' errors. ``measure_ranges`` collects the Gram matrices
+in the same float runs that find the accumulator ranges.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from systolix.arch import Architecture
+from systolix.ir.evaluate import taps
+from systolix.ir.hir import ConvInput, ConvLayer, HirProgram
 from systolix.numerics import DataType, from_fixed, to_fixed
-from systolix.scheduler.hir import ConvInput, ConvLayer, HirProgram
-from systolix.scheduler.reference import taps
 
 # Ridge added to H, as a share of its mean diagonal: enough to keep the Cholesky factorisation
 # of a rank-deficient H (dead channels, padding) stable. On the MobileNetV2 stack 0.001 left a
@@ -159,11 +158,13 @@ def on_grid(dtype: DataType) -> Callable[[np.ndarray], np.ndarray]:
     return lambda v: from_fixed(to_fixed(v, dtype), dtype).astype(np.float64)
 
 
-def round_weights(hir: HirProgram, arch: Architecture, grams: dict[int, np.ndarray]) -> HirProgram:
-    """The pass: each conv layer with a Gram matrix (``grams``, by index into ``hir.layers``, as
-    ``calibrate`` collects them: summed over samples and pixels) gets weights and bias already on
-    the data type's grid, chosen by ``gptq``; the backend then stores them unchanged."""
-    dtype = arch.data_type
+def round_weights(hir: HirProgram, ctx) -> HirProgram:
+    """The pass: each conv layer with a Gram matrix (in ``HirProgram.ranges``, by index into
+    ``hir.layers``, as ``measure_ranges`` collects them: summed over samples and pixels) gets
+    weights and bias already on the data type's grid, chosen by ``gptq``; the constant image then
+    stores them unchanged."""
+    grams = {i: r.gram for i, r in hir.ranges.items() if r.gram is not None}
+    dtype = ctx.arch.data_type
     if not dtype.is_fixed:
         return hir
     quantize = on_grid(dtype)

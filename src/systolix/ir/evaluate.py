@@ -1,12 +1,12 @@
-"""A float evaluation of the high-level IR, layer by layer, in NumPy.
+"""The HIR's meaning: a float evaluation, layer by layer, in NumPy.
 
-It computes what the accelerator program computes, without rounding: every layer in the order
-the scheduler runs them, on the same memory objects (a Concat or Split that aliases channel
-groups of another tensor reads and writes that tensor's storage). Two uses:
+It computes what the accelerator program computes, without rounding: every layer in program
+order, on the same memory objects (a Concat or Split that aliases channel groups of another
+tensor reads and writes that tensor's storage); each post-op by its own ``evaluate``. Two uses:
 
 * calibration: the largest value each layer's accumulators hold before its accumulator
   operations, per output channel, which sets how far its weights can be amplified
-  (``systolix.scheduler.precision``);
+  (``systolix.hir_passes.amplify``);
 * testing the lowering on its own: the IR's outputs against onnxruntime's, with no fixed point
   and no scheduling in between.
 """
@@ -17,16 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from systolix.scheduler.hir import (
-    Activation,
-    ConvLayer,
-    HirProgram,
-    MaxPoolLayer,
-    PixelMixLayer,
-    RemapLayer,
-    ShuffleLayer,
-)
-from systolix.scheduler.lowering import canonical_elements
+from systolix.ir.hir import Activation, ConvLayer, HirProgram, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
+from systolix.ir.layout import canonical_elements
 
 
 @dataclass
@@ -71,7 +63,6 @@ def input_chw(hir: HirProgram, name: str, value: np.ndarray) -> np.ndarray:
 def output_onnx(hir: HirProgram, name: str, value: np.ndarray) -> np.ndarray:
     """An output activation's ``[C, H, W]`` as the model's ONNX-shaped output."""
     shape = tuple(hir.output_shapes[name])
-    act = hir.outputs[name]
     if len(shape) == 4 and name in hir.perms:
         return value.transpose(1, 2, 0).reshape(shape)
     return value.reshape(-1)[canonical_elements(shape).reshape(-1)].reshape(shape)
@@ -117,28 +108,7 @@ def _conv(ev: Evaluation, layer: ConvLayer, index: int) -> np.ndarray:
                     peak = np.maximum(peak, np.max(np.abs(acc), axis=1))
     acc = acc.reshape(out.C, out.H, out.W)
     for k, p in enumerate(layer.post_ops):
-        if p.kind == "add":
-            acc = acc + ev.read(p.tensor)
-        elif p.kind == "add_const":
-            acc = acc + np.asarray(p.values, np.float64).reshape(out.C, out.H, out.W)
-        elif p.kind == "relu":
-            acc = np.maximum(acc, 0.0)
-        elif p.kind == "clip":
-            acc = np.clip(acc, p.lo, p.hi)
-        elif p.kind == "slope":
-            acc = np.where(acc >= 0, acc, acc * np.asarray(p.values, np.float64)[:, None, None])
-        elif p.kind == "mul":
-            acc = acc * np.asarray(p.values, np.float64)[:, None, None]
-        elif p.kind == "mul_pixel":
-            acc = acc * np.asarray(p.values, np.float64).reshape(1, out.H, out.W)
-        elif p.kind == "mul_tensor":
-            acc = acc * ev.read(p.tensor)
-        elif p.kind == "add_bcast":
-            acc = acc + ev.read(p.tensor).reshape(out.C, 1, 1)
-        elif p.kind == "mul_bcast":
-            acc = acc * ev.read(p.tensor).reshape(out.C, 1, 1)
-        else:  # pragma: no cover - the lowering only makes the kinds above
-            raise ValueError(f"layer {layer.name!r}: unknown accumulator operation {p.kind!r}")
+        acc = p.evaluate(acc, ev.read)
         if k < layer.scaling_ops and acc.size:
             # An average pool's own multiplies run before a gain is undone: they count too.
             peak = np.maximum(peak, np.max(np.abs(acc.reshape(out.C, -1)), axis=1))

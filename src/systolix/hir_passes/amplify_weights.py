@@ -12,7 +12,7 @@ for ``k <= bp``; one rounding) brings the sum back first among the layer's accum
 operations. The saved tensor keeps its scale, so nothing downstream changes.
 
 How large ``k_c`` can be depends on the sums the accumulators reach, which only data tells:
-``calibrate`` runs the IR in float (``systolix.scheduler.reference``) on sample inputs and keeps,
+``measure_ranges`` runs the IR in float (``systolix.ir.evaluate``) on sample inputs and keeps,
 per layer and output channel, the largest partial or final sum (of 32 samples: see
 ``REFERENCE_SAMPLES``); ``amplify_weights`` picks the
 largest ``k_c`` that keeps it a margin below saturation (other inputs may reach further). Without calibration data nothing is amplified and the program is what Tensil's
@@ -33,16 +33,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from systolix.arch import Architecture
+from systolix.hir_passes.measure_ranges import LayerRange, exact
+from systolix.ir.hir import ConvLayer, HirProgram
+from systolix.ir.postops import Scale
 from systolix.numerics import DataType
-from systolix.scheduler.hir import ConvInput, ConvLayer, HirProgram, PostOp
-from systolix.scheduler.reference import evaluate
-from systolix.scheduler.rounding import GRAM_BUDGET, accumulate_gram, gram_size
 
 # Other inputs reach further than the calibration samples did. Sums stay 2.5x below the limit
 # of their channel's calibrated peak and 1.5x below their layer's (and k is rounded down): a few
@@ -57,103 +54,7 @@ LAYER_HEADROOM = 1.5
 CHANNEL_HEADROOM = 2.5
 # Fewer values than this behind a channel's peak, and the peak is a poor guide to the tail.
 FEW_OBSERVATIONS = 1024
-# The headrooms above are set for the peak of this many samples. Given more, a channel's peak is
-# the value that many samples typically reach (the (n/32)-th largest of the samples' own peaks),
-# not the largest of all: the largest of n samples grows with n, and the same headroom on top of
-# it made more data cost accuracy (MobileNet's logits: 2.7 LSB RMS from 32 samples, 3.3 from 128,
-# the gains lower on 15 of its 18 layers). More samples then give a steadier estimate instead,
-# and every sample's own sums still stay in range (``LayerRange.largest``).
-REFERENCE_SAMPLES = 32
 GAIN_NODE = "calibrated gain"
-
-
-@dataclass
-class LayerRange:
-    """What calibration saw of one conv layer."""
-
-    peak: np.ndarray  # per output channel, the largest |partial or final sum| (of
-    # REFERENCE_SAMPLES samples; see calibrate)
-    bound: np.ndarray  # per output channel, sum_i |w_i| * max|input| + |bias|: no input under the
-    # samples' largest value can take a sum past it
-    observations: int  # values behind each channel's peak (samples x output pixels)
-    gram: np.ndarray | None = None  # its inputs' sum of x x^T (systolix.scheduler.rounding)
-    largest: np.ndarray | None = None  # per output channel, the largest over every sample (the
-    # peak when there are no more than REFERENCE_SAMPLES)
-
-
-def calibrate(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: DataType | None = None,
-              progress: Callable[[int, int], None] | None = None) -> dict[int, LayerRange]:
-    """Per conv layer (index into ``hir.layers``) its ``LayerRange`` over ``samples`` (dicts of
-    ONNX-shaped inputs), from the IR run in float. Given the ``dtype`` the weights will be
-    stored in, also the Gram matrices ``round_weights`` needs, of every layer it would change.
-    ``progress(done, total)`` is called after each float run (a second of ResNet-50's each)."""
-    peaks: dict[int, list[np.ndarray]] = {}
-    inputs: dict[int, list[float]] = {}
-    # The Gram matrices of a large model do not all fit in memory at once: as many layers as
-    # GRAM_BUDGET holds ride along with the range-finding runs, the rest take more runs.
-    sizes = {i: gram_size(layer, len(samples)) for i, layer in enumerate(hir.layers)
-             if dtype is not None and dtype.is_fixed and isinstance(layer, ConvLayer) and not _exact(layer, dtype)}
-    groups: list[list[int]] = []
-    used = GRAM_BUDGET
-    for i, size in sizes.items():
-        if not size:
-            continue
-        if used + size > GRAM_BUDGET:
-            groups.append([])
-            used = 0
-        groups[-1].append(i)
-        used += size
-    grams: dict[int, np.ndarray] = {}
-
-    def add_grams(ev, group: list[int]) -> None:
-        for i in group:
-            grams[i] = accumulate_gram(hir.layers[i], ev, grams.get(i))
-
-    runs = len(samples) * max(1, len(groups))
-    done = 0
-
-    def evaluated(feeds):
-        nonlocal done
-        ev = evaluate(hir, feeds)
-        done += 1
-        if progress is not None:
-            progress(done, runs)
-        return ev
-
-    for feeds in samples:
-        ev = evaluated(feeds)
-        for index, peak in ev.accumulator_max.items():
-            peaks.setdefault(index, []).append(peak)
-            seen = [float(np.max(np.abs(ev.read(inp.act)), initial=0.0)) for inp in hir.layers[index].inputs]
-            inputs[index] = seen if index not in inputs else [max(a, b) for a, b in zip(inputs[index], seen)]
-        if groups:
-            add_grams(ev, groups[0])
-    for group in groups[1:]:
-        for feeds in samples:
-            add_grams(evaluated(feeds), group)
-    ranges = {}
-    rank = max(1, len(samples) // REFERENCE_SAMPLES)  # 1: the largest
-    used = min(len(samples), REFERENCE_SAMPLES)
-    for index, per_sample in peaks.items():
-        stacked = np.stack(per_sample)
-        peak = -np.partition(-stacked, rank - 1, axis=0)[rank - 1]
-        layer = hir.layers[index]
-        bound = np.abs(np.asarray(layer.bias, np.float64))
-        for inp, xmax in zip(layer.inputs, inputs[index]):
-            w = inp.coefficients
-            bound = bound + np.sum(np.abs(w.reshape(w.shape[0], -1)), axis=1) * xmax
-        ranges[index] = LayerRange(peak, bound, used * layer.output.P, grams.get(index), stacked.max(axis=0))
-    return ranges
-
-
-def _exact(layer: ConvLayer, dtype: DataType) -> bool:
-    """Integer weights and a representable bias (copies, tensor adds, padding): every product and
-    sum is exact already, so a gain would add SIMD work and change nothing."""
-    for inp in layer.inputs:
-        if not np.array_equal(inp.coefficients, np.round(inp.coefficients)):
-            return False
-    scaled = np.asarray(layer.bias, np.float64) * 2.0 ** dtype.binary_point
-    return bool(np.array_equal(scaled, np.round(scaled)))
 
 
 def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.ndarray:
@@ -200,15 +101,16 @@ def _powers_of_two_in_range(values: np.ndarray, dtype: DataType) -> bool:
                 and np.all(values <= dtype.max_value))
 
 
-def amplify_weights(hir: HirProgram, arch: Architecture, peaks: dict[int, LayerRange]) -> HirProgram:
-    """The pass: each conv layer with calibration data gets its per-channel gains (weights and
-    bias times ``2^k``, then a multiply by ``2^-k`` first among its accumulator operations, or
-    right after an average pool's own scaling)."""
-    dtype = arch.data_type
+def amplify_weights(hir: HirProgram, ctx) -> HirProgram:
+    """The pass: each conv layer with measured ranges (``HirProgram.ranges``) gets its
+    per-channel gains (weights and bias times ``2^k``, then a multiply by ``2^-k`` first among
+    its accumulator operations, or right after an average pool's own scaling)."""
+    dtype = ctx.arch.data_type
+    peaks: dict[int, LayerRange] = hir.ranges
     layers = []
     gains_by_layer: dict[str, np.ndarray] = {}
     for index, layer in enumerate(hir.layers):
-        if not isinstance(layer, ConvLayer) or index not in peaks or _exact(layer, dtype):
+        if not isinstance(layer, ConvLayer) or index not in peaks or exact(layer, dtype):
             layers.append(layer)
             continue
         gains = channel_gains(layer, peaks[index], dtype)
@@ -216,19 +118,15 @@ def amplify_weights(hir: HirProgram, arch: Architecture, peaks: dict[int, LayerR
             layers.append(layer)
             continue
         factor = (2.0 ** gains).astype(np.float32)
-        inputs = []
-        for inp in layer.inputs:
-            amplified = ConvInput(inp.act, inp.weights, inp.diagonal)
-            amplified.scaled(factor)
-            inputs.append(amplified)
+        inputs = [inp.scaled(factor) for inp in layer.inputs]
         post = list(layer.post_ops)
         last = post[layer.scaling_ops - 1] if layer.scaling_ops else None
-        merged = None if last is None or last.kind != "mul" else last.values.astype(np.float64) / factor
+        merged = None if not isinstance(last, Scale) else last.values.astype(np.float64) / factor
         if merged is not None and _powers_of_two_in_range(merged, dtype):
             # The pool's last multiply is by 2^-m: one multiply by 2^-(m+k) rounds once.
             post[layer.scaling_ops - 1] = dataclasses.replace(last, values=merged.astype(np.float32))
         else:
-            post.insert(layer.scaling_ops, PostOp("mul", values=(1.0 / factor).astype(np.float32), node=GAIN_NODE))
+            post.insert(layer.scaling_ops, Scale((1.0 / factor).astype(np.float32), node=GAIN_NODE))
         layers.append(dataclasses.replace(layer, inputs=inputs, bias=(layer.bias * factor).astype(np.float32),
                                           post_ops=post))
         gains_by_layer[layer.name] = gains

@@ -1,7 +1,7 @@
 """Long reductions in parts: a dense layer over many input channels becomes one layer per block
 of channels, each with its own calibrated gain, summed exactly at the end.
 
-A calibrated gain (``systolix.scheduler.precision``) is as large as the layer's largest partial
+A calibrated gain (``amplify_weights``) is as large as the layer's largest partial
 or final sum allows. A classifier head sums 2,048 products into logits that reach 13 on the
 samples and 35 on some inputs, so ResNet-50 v2's head gets a gain of 2, and the rounding of its
 2,048 products (``rne`` each, about 1/12 LSB^2 at the gain's scale) was most of the error in
@@ -25,8 +25,8 @@ import dataclasses
 
 import numpy as np
 
-from systolix.arch import Architecture
-from systolix.scheduler.hir import Activation, ConvInput, ConvLayer, HirProgram, PostOp
+from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
+from systolix.ir.postops import AddConstant, AddTensor
 
 # Input channels per part (rounded to whole vectors). Smaller parts take more gain but add
 # roundings: on the unit test's 2,048-input head (seeds 0-2, ultra96v2) the error was 1.7, 1.25,
@@ -53,11 +53,12 @@ def reduction_parts(layer, N: int) -> list[tuple[int, int]] | None:
     return [(c0, min(C, c0 + per_part)) for c0 in range(0, C, per_part)]
 
 
-def split_long_reductions(hir: HirProgram, arch: Architecture) -> HirProgram:
-    """The pass: every layer ``reduction_parts`` splits becomes its parts, in order, the last
-    one writing the layer's output. Run before calibration, so each part gets its own gains.
-    A float architecture rounds nothing, so its layers stay whole."""
-    if not arch.data_type.is_fixed:
+def split_long_reductions(hir: HirProgram, ctx) -> HirProgram:
+    """The pass, in calibrated compiles (``ctx.samples``): every layer ``reduction_parts`` splits
+    becomes its parts, in order, the last one writing the layer's output. Runs before the ranges
+    are measured, so each part gets its own gains. A float architecture rounds nothing, so its
+    layers stay whole."""
+    if not ctx.samples or not ctx.arch.data_type.is_fixed:
         return hir
     layers = []
     for layer in hir.layers:
@@ -89,9 +90,9 @@ def _parts(layer: ConvLayer, parts: list[tuple[int, int]], N: int) -> list[ConvL
         name = f"{layer.name} [{c0}:{c1}]"  # its input channels, as a slice
         if last:
             target = out
-            post = [PostOp("add", tensor=p, node=PART_NODE) for p in partials]
+            post = [AddTensor(p, node=PART_NODE) for p in partials]
             if np.any(layer.bias):
-                post.append(PostOp("add_const", values=bias_values, node=PART_NODE))
+                post.append(AddConstant(bias_values, node=PART_NODE))
             post += layer.post_ops
         else:
             target = Activation(f"{out.name} part {j + 1}", out.C, out.H, out.W, N)
