@@ -17,6 +17,8 @@ from systolix.cli import app
 from systolix.models import build_cached, model_stats
 from tests.conftest import RESNET20
 
+pytestmark = pytest.mark.needs_onnxruntime
+
 runner = CliRunner()
 BOARDS = ("arty-a7-35", "pynq-z1", "ultra96-v2")
 # Seed 000, section 1: published (latency ms, fps) per board, in BOARDS order.

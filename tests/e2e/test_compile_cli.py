@@ -18,6 +18,8 @@ from tests.cli_helpers import assert_user_error, run_cli
 from tests.conftest import SPEECH
 from tests.onnx_builders import conv_bn_relu, make_model
 
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
 
 def save(model, path):
     path.write_bytes(model.SerializeToString())

@@ -19,6 +19,8 @@ from systolix.runtime import load
 from tests.conftest import SPEECH
 from tests.error_model import output_bounds
 
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
 ARCHS = ["pynqz1", "ultra96v2", "zcu104"]
 # Plain compiles (Tensil's arithmetic, no calibration data) of these random-weight classifiers
 # agree with onnxruntime on 95% (MobileNet), 98% (ResNet-20) and 99% (MLP) of the 100 inputs;

@@ -15,6 +15,8 @@ from systolix.compiler import compile_model
 from systolix.planning.errors import SchedulingError
 from tests.error_model import output_bounds
 
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
 SMALL_DRAM1 = 32768  # ResNet-20 v2 on 8x8: 72,470 vectors of constants, its largest layer 18,448
 
 

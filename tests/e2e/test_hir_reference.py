@@ -13,6 +13,8 @@ from systolix.compiler import compile_model
 from systolix.ir.evaluate import run_reference
 from tests.onnx_builders import ir_of
 
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
 # Every model the accelerator runs whole (gemm_transa runs on the host); ResNet-50 is slow to build.
 CASES = [n for n in M.names() if not n.startswith(("host/", "bad/")) and n not in ("ops/gemm_transa", "resnet50v2")]
 

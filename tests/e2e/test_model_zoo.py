@@ -18,6 +18,8 @@ from onnx import helper
 import systolix.models as zoo
 from tests.conftest import PROJECT, SPEECH
 
+pytestmark = pytest.mark.needs_onnxruntime
+
 
 def _session(model):
     options = ort.SessionOptions()

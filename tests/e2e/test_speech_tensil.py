@@ -13,6 +13,8 @@ from systolix.emulator.reference import ReferenceTCU
 from systolix.isa import InstructionLayout, decode_program
 from tests.conftest import SPEECH
 
+pytestmark = pytest.mark.needs_emulator
+
 MODEL = SPEECH / "speech_commands_onnx_speech_robot.tmodel"
 INPUT = SPEECH / "speech_commands_input_1x8.csv"
 

@@ -8,6 +8,8 @@ SIMD registers must agree exactly.
 
 from __future__ import annotations
 
+import pytest
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,6 +30,8 @@ from systolix.isa import (
     decode_program,
     encode_program,
 )
+
+pytestmark = pytest.mark.needs_emulator
 
 N, LOCAL, ACC, DRAM = 4, 32, 16, 32
 DEPTHS = {"local": LOCAL, "acc": ACC, "dram0": DRAM, "dram1": DRAM}

@@ -12,6 +12,8 @@ from onnx import helper, numpy_helper
 import systolix.models as zoo
 from systolix.errors import SystolixError
 
+pytestmark = pytest.mark.needs_onnxruntime
+
 SMALL = [n for n in zoo.names(large=False) if n != "digits_cnn"]
 # Structure only (no calibration), to choose parameters at collection time.
 _SKELETONS = {n: zoo.build(n, calibrate=False) for n in SMALL}

@@ -21,6 +21,8 @@ from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
 from systolix.ir.postops import Relu, Scale
 from tests.onnx_builders import conv_bn_relu, ir_of, make_model
 
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
 ARCH = get_architecture("pynqz1")  # FP16BP8: the largest value is 127.996, the binary point 8
 CTX = CompileContext(ARCH)
 

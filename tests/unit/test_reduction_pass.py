@@ -21,6 +21,8 @@ from systolix.ir.postops import AddConstant, AddTensor, Clip, Relu
 from systolix.numerics import DataType
 from tests.onnx_builders import make_model
 
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
 ARCH = get_architecture("ultra96v2")  # 16x16
 CALIBRATED = CompileContext(ARCH, samples=[{}])  # the pass runs in calibrated compiles
 
