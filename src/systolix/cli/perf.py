@@ -149,9 +149,10 @@ def profile(
     from systolix.arch import get_board
     from systolix.isa.instructions import ConfigRegister, Configure
     from systolix.perf import estimate as run_estimate
-    from systolix.perf.profile import write_report, write_trace
+    from systolix.perf.profile import require_matplotlib, write_report, write_trace
     from systolix.perf.samples import sample_times, sample_words, write_samples
 
+    require_matplotlib()  # before anything is written
     tmodel, program = _load(model)
     if output.exists() and not output.is_dir():
         raise SystolixError(f"{output}: exists and is not a directory")

@@ -21,8 +21,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from scipy.optimize import brentq
-
 from systolix.arch import Board, get_board
 from systolix.artifacts import TModel
 from systolix.errors import ArtifactError
@@ -96,6 +94,17 @@ def _board_for(point: MeasuredPoint, model: TModel, params: dict) -> Board:
     return get_board(point.board).with_architecture(model.arch).with_parameters(**params)
 
 
+def _bisect(f, lo: float, hi: float, tolerance: float) -> float:
+    """The root of ``f``, increasing on ``[lo, hi]`` with ``f(lo) < 0 <= f(hi)``, to ``tolerance``."""
+    while hi - lo > tolerance:
+        mid = (lo + hi) / 2
+        if f(mid) < 0:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def fit(resnet20_dir: Path | None = None, iterations: int = 4) -> dict[str, float]:
     """Fit ``host_ns_per_scalar`` and ``dram_request_ns`` on the two fit points."""
     points = {p.label: p for p in measured_points(resnet20_dir)}
@@ -122,7 +131,7 @@ def fit(resnet20_dir: Path | None = None, iterations: int = 4) -> dict[str, floa
         if residual(0.0) >= 0:
             params["dram_request_ns"] = 0.0
         else:
-            params["dram_request_ns"] = brentq(residual, 0.0, 5000.0, xtol=0.01)
+            params["dram_request_ns"] = _bisect(residual, 0.0, 5000.0, 0.01)
     return {k: round(v, 2) for k, v in params.items()}
 
 
