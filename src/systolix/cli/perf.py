@@ -263,11 +263,11 @@ def bench(
         return
     stamp = f"{meta['date']}, commit {meta['commit']}"
     if rows1 is not None:
-        _show(f"Benchmark models (random weights), our compile under the calibrated model ({stamp})",
+        _show(f"Benchmark models (random weights), our compile under the fitted latency model ({stamp})",
               _models_cells(rows1), markdown, MODELS_CAPTION)
     if rows2 is not None:
-        _show(f"ResNet-20 v2 on a ZCU104 at 100 MHz: Tensil's programs and our compile under the same calibrated "
-              f"model ({stamp})", _zcu104_cells(rows2), markdown)
+        _show(f"ResNet-20 v2 on a ZCU104 at 100 MHz: Tensil's programs and our compile under the same fitted "
+              f"latency model ({stamp})", _zcu104_cells(rows2), markdown)
 
 
 def _models_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:

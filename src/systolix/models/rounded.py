@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from systolix.models.calibration import _elem_types
+from systolix.models.unit_scale import _elem_types
 from systolix.numerics import DataType, from_fixed, to_fixed
 
 # Ops whose float outputs are constants or copies: rounding them again changes nothing an

@@ -2,10 +2,10 @@
 
 Table 1 (``models_table``) compiles the seed's three benchmark models (random weights, from
 ``systolix.models``) for the three boards of the seed's benchmark table and puts our
-calibrated latency next to the figures the seed publishes. Table 2 (``zcu104_table``) puts
+predicted latency next to the figures the seed publishes. Table 2 (``zcu104_table``) puts
 Tensil's real ZCU104 ResNet-20 programs, our own compile of ResNet-20 v2 for the same
 architectures and strategies, and the frame rates measured on the board side by side, all
-under the same calibrated model. ``tensil_programs_table`` is the calibration table alone.
+under the same fitted latency model. ``tensil_programs_table`` is the prediction table alone.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from systolix.arch import get_board
 from systolix.errors import SystolixError
-from systolix.perf.calibration import calibration_table
+from systolix.perf.fitting import prediction_table
 from systolix.perf.estimate import Estimate, estimate, estimate_partitioned
 
 # The seed's benchmark table (seed 000, section 1, "Benchmarks"): Tensil's published latency
@@ -82,7 +82,7 @@ def provenance() -> dict[str, str]:
 def tensil_programs_table(resnet20_dir: Path | None = None) -> list[dict[str, Any]]:
     """Tensil's five ResNet-20 programs (and the 512-bit run): predicted against measured."""
     rows = []
-    for r in calibration_table(resnet20_dir):
+    for r in prediction_table(resnet20_dir):
         e = r.estimate
         rows.append({
             "program": f"Tensil {r.point.directory}/",
@@ -228,7 +228,7 @@ def _with_larger_dram(onnx_model, name: str, board_name: str, progress: Progress
 
 def zcu104_table(resnet20_dir: Path | None = None, progress: Progress | None = None) -> list[dict[str, Any]]:
     """Table 2: Tensil's ZCU104 ResNet-20 programs and our compile of ResNet-20 v2 for the same
-    architecture and strategy, under the same calibrated model, with the measured frame rate."""
+    architecture and strategy, under the same fitted latency model, with the measured frame rate."""
     from systolix.arch import get_architecture
     from systolix.models import build_cached
 

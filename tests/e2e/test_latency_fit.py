@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from systolix.arch import BOARDS
-from systolix.perf.calibration import FIT_POINTS, calibration_table, fit
+from systolix.perf.fitting import FIT_POINTS, prediction_table, fit
 from tests.conftest import RESNET20
 
 
 @pytest.fixture(scope="module")
 def table():
-    return calibration_table(RESNET20)
+    return prediction_table(RESNET20)
 
 
 def test_all_six_predictions_within_20_percent(table):

@@ -1,13 +1,13 @@
-"""Calibrate random-weight models on random inputs so activations sit near unit scale.
+"""Random-weight models brought to unit scale on random inputs, so activations sit near 1.
 
 FP16BP8 fixed point spans +-128 with a resolution of 1/256, so a network whose activations drift to
 1e3 or 1e-3 is useless as a compiler test. The builders draw He-initialised weights and leave each
-BatchNormalization's mean and variance as placeholders; :func:`calibrate_batchnorms` then runs the
+BatchNormalization's mean and variance as placeholders; :func:`fit_batchnorms` then runs the
 network in onnxruntime up to each BN in turn (on a batch of example inputs, reusing every tensor
 already computed, so the whole pass costs about one forward run) and sets that BN's statistics to
 the ones it sees, exactly as training-mode batch norm would.
 
-A classifier's last dense layer gets :func:`calibrate_classifier_head`. Random dense weights on
+A classifier's last dense layer gets :func:`fit_classifier_head`. Random dense weights on
 pooled features give every input nearly the same logits (the features mostly share their average),
 so the head is rebuilt as a nearest-prototype classifier on the few directions in which the
 features vary most across inputs: classes own wide regions, the predicted class varies from input
@@ -63,10 +63,10 @@ def _submodel(model, nodes, inputs, outputs, inits, types) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
 
 
-def calibrate_batchnorms(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]],
+def fit_batchnorms(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]],
                          min_var_ratio: float = 1e-2) -> int:
     """Set every BatchNormalization's mean/var (in place) to the statistics of its input over
-    ``samples``, in graph order. Returns the number of BNs calibrated.
+    ``samples``, in graph order. Returns the number of BNs set.
 
     A channel whose variance is below ``min_var_ratio`` times the layer's mean variance (a dead
     channel) gets that floor, so that other inputs cannot blow it up."""
@@ -91,7 +91,7 @@ def calibrate_batchnorms(model: onnx.ModelProto, samples: list[dict[str, np.ndar
                                             if t and t not in produced_set and t not in inits))
             missing = [t for t in seg_inputs if t not in cache]
             if missing:
-                raise ModelBuildError(f"calibration: tensors {missing} are used before they are computed")
+                raise ModelBuildError(f"unit scale: tensors {missing} are used before they are computed")
             outputs = [o for o in produced if last_use.get(o, -1) >= pos]
             sub = _submodel(model, segment, [(t, cache[t][0]) for t in seg_inputs], outputs, inits, types)
             sess = session(sub)
@@ -125,7 +125,7 @@ def run_with_tensors(model: onnx.ModelProto, names: list[str], feeds: dict[str, 
     return session(extended, threads).run(names, feeds)
 
 
-def calibrate_classifier_head(model: onnx.ModelProto, gemm_name: str, samples: list[dict[str, np.ndarray]],
+def fit_classifier_head(model: onnx.ModelProto, gemm_name: str, samples: list[dict[str, np.ndarray]],
                               target_std: float = 2.0, components: int = 3, max_active: int = 10,
                               seed: int = 0) -> None:
     """Rewrite the final Gemm's weights and bias (in place): ``max_active`` classes get prototypes
@@ -133,10 +133,10 @@ def calibrate_classifier_head(model: onnx.ModelProto, gemm_name: str, samples: l
     ``samples``, the others a bias below every active logit; logits spread by ``target_std``."""
     gemm = next((n for n in model.graph.node if n.name == gemm_name), None)
     if gemm is None or gemm.op_type != "Gemm":
-        raise ModelBuildError(f"calibration: no Gemm node named {gemm_name!r}")
+        raise ModelBuildError(f"unit scale: no Gemm node named {gemm_name!r}")
     attrs = {a.name: helper.get_attribute_value(a) for a in gemm.attribute}
     if attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0 or len(gemm.input) < 3:
-        raise ModelBuildError(f"calibration: head {gemm_name!r} must be a plain Gemm with a bias")
+        raise ModelBuildError(f"unit scale: head {gemm_name!r} must be a plain Gemm with a bias")
     trans_b = bool(attrs.get("transB", 0))
     rng = np.random.default_rng(seed)
     inits = {t.name: t for t in model.graph.initializer}
@@ -148,7 +148,7 @@ def calibrate_classifier_head(model: onnx.ModelProto, gemm_name: str, samples: l
     _, sing, vt = np.linalg.svd(centred, full_matrices=False)
     keep = min(int(np.sum(sing > sing[0] * 1e-3)) if sing.size and sing[0] > 0 else 0, components)
     if keep == 0:
-        raise ModelBuildError(f"calibration: the features feeding {gemm_name!r} do not vary across inputs")
+        raise ModelBuildError(f"unit scale: the features feeding {gemm_name!r} do not vary across inputs")
     # Coordinates along the strongest directions in which features vary across inputs (scaled to
     # unit spread): they carry far more signal than fixed-point rounding, which spreads everywhere.
     project = vt[:keep] / (sing[:keep, None] / np.sqrt(len(features)))
@@ -171,7 +171,7 @@ def calibrate_classifier_head(model: onnx.ModelProto, gemm_name: str, samples: l
     scale = target_std / logits.std()
     w *= scale
     bias *= scale
-    # Classes without a prototype sit well below every active logit seen in calibration.
+    # Classes without a prototype sit well below every active logit seen on the samples.
     inactive = np.setdiff1d(np.arange(classes), order)
     if inactive.size:
         floor = float((logits * scale).max(axis=1).min()) - 2 * target_std

@@ -1,4 +1,4 @@
-"""Calibration of the latency model on frame rates measured on a real ZCU104.
+"""Fitting the latency model to frame rates measured on a real ZCU104.
 
 ``expected.json`` beside Tensil's five ResNet-20 programs holds six measured frame rates
 (the baseline program also on a 512-bit bus). Two parameters are fitted, on two points,
@@ -55,7 +55,7 @@ class MeasuredPoint:
 
 
 @dataclass
-class CalibrationRow:
+class Prediction:
     point: MeasuredPoint
     estimate: Estimate
     fitted_on: bool
@@ -135,11 +135,11 @@ def fit(resnet20_dir: Path | None = None, iterations: int = 4) -> dict[str, floa
     return {k: round(v, 2) for k, v in params.items()}
 
 
-def calibration_table(resnet20_dir: Path | None = None, params: dict | None = None) -> list[CalibrationRow]:
+def prediction_table(resnet20_dir: Path | None = None, params: dict | None = None) -> list[Prediction]:
     """Predictions for all six measured points under the boards' parameters (or ``params``)."""
     rows = []
     for point in measured_points(resnet20_dir):
         model, program = load_program(point.tmodel)
         board = _board_for(point, model, params or {})
-        rows.append(CalibrationRow(point, estimate(program, board, model=model), point.label in FIT_POINTS))
+        rows.append(Prediction(point, estimate(program, board, model=model), point.label in FIT_POINTS))
     return rows
