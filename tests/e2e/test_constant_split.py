@@ -1,6 +1,5 @@
 """Models whose constants exceed DRAM1: cut into accelerator programs run one after another,
-each with its own constants (the driver points DRAM1's offset register at each program's buffer,
-seed section 3.3). The cut changes where activations wait between layers, not a single value."""
+each with its own constants (the driver points DRAM1's offset register at each program's buffer). The cut changes where activations wait between layers, not a single value."""
 
 from __future__ import annotations
 

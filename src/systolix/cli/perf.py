@@ -221,7 +221,7 @@ def bench(
     no_zcu104: bool = typer.Option(False, "--no-zcu104", help="Skip table 2 (Tensil's ZCU104 programs and ours)."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the tables as Markdown (for the README)."),
 ) -> None:
-    """Benchmark tables: the seed's models on the seed's boards, and Tensil's ZCU104 programs against ours."""
+    """Benchmark tables: the models and boards of Tensil's published benchmarks, and Tensil's ZCU104 programs against ours."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from systolix.arch import get_board
@@ -272,7 +272,7 @@ def bench(
 
 def _models_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
     """Table 1 as header, string rows and footnotes (why a row did not compile)."""
-    header = ["model", "board", "array", "MHz", "our ms", "our fps", "seed ms", "seed fps", "compute bound ms",
+    header = ["model", "board", "array", "MHz", "our ms", "our fps", "published ms", "published fps", "compute bound ms",
               "share of bound", "bound by"]
     cells, notes = [], []
     for r in rows:
@@ -284,12 +284,12 @@ def _models_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
             notes.append(f"constants past DRAM1: {r['programs']} programs in a row, each with its own DRAM1 buffer")
             board += f" [{len(notes)}]"
         head = [r["title"], board, f"{r['array_size']}x{r['array_size']}", f"{r['clock_mhz']:g}"]
-        seed = [_ms(r["seed_latency_ms"]), _fps(r["seed_fps"])]
+        published = [_ms(r["published_latency_ms"]), _fps(r["published_fps"])]
         if r["error"]:
             notes.append(r["error"])
-            cells.append(head + ["-", "-"] + seed + ["-", "-", f"not compiled [{len(notes)}]"])
+            cells.append(head + ["-", "-"] + published + ["-", "-", f"not compiled [{len(notes)}]"])
         else:
-            cells.append(head + [_ms(r["latency_ms"]), _fps(r["fps"])] + seed
+            cells.append(head + [_ms(r["latency_ms"]), _fps(r["fps"])] + published
                          + [_ms(r["compute_bound_ms"]), f"{r['share_of_bound']:.1%}", r["bound"]])
     return header, cells, notes
 

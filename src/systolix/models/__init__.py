@@ -6,7 +6,7 @@ deterministic: the same name and options give the same bytes. ``example_inputs(m
 gives inputs of the model's own shapes (image-like for images).
 
 Families:
-  * ``benchmark``: ``resnet20v2``, ``resnet50v2``, ``yolov4_tiny`` (the seed's three benchmarks);
+  * ``benchmark``: ``resnet20v2``, ``resnet50v2``, ``yolov4_tiny`` (the three models of Tensil's published benchmarks);
   * ``network``: ``mobilenetv2_block``, ``mlp``, ``digits_cnn`` (trained on scikit-learn's digits);
   * ``ops`` / ``host`` / ``cnn``: the op catalogue of :mod:`systolix.models.ops`;
   * ``bad``: valid ONNX the compiler must refuse (weights that are model inputs).
