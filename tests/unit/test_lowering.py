@@ -129,3 +129,26 @@ def test_the_support_table_gives_each_refused_node_its_reason():
         "softmax": NO_IMPLEMENTATION,
         "both_computed": "only a MatMul with a constant operand runs on the accelerator",
     }
+
+
+def test_a_view_the_host_needs_in_a_shape_dram0_cannot_hold_goes_to_the_host_too():
+    # relu -> reshape to rank 5 -> softmax (host) -> reshape back -> relu: the first reshape's
+    # output must leave the accelerator, but no layout holds a rank-5 tensor, so the reshape goes
+    # to the host with it; the second reshape's input comes back from the host in that shape.
+    shape5 = np.array([1, 2, 4, 4, 4], np.int64)
+    shape4 = np.array([1, 8, 4, 4], np.int64)
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Reshape", ["r", "s5"], ["r5"], name="to5"),
+             helper.make_node("Softmax", ["r5"], ["s"], name="softmax", axis=-1),
+             helper.make_node("Reshape", ["s", "s4"], ["b"], name="to4"),
+             helper.make_node("Relu", ["b"], ["y"], name="relu2")]
+    m = make_model(nodes, [("x", [1, 8, 4, 4])], [("y", None)], {"s5": shape5, "s4": shape4})
+    graph = ir_of(m, until="place on host")
+    assert {graph.nodes[i].name: reason for i, reason in graph.host.items()} == {
+        "to5": "input shape [1, 2, 4, 4, 4] cannot be laid out on the accelerator",
+        "softmax": NO_IMPLEMENTATION,
+        "to4": "input 's' of shape [1, 2, 4, 4, 4] cannot be laid out on the accelerator",
+    }
+    program = ir_of(m, until="partition")
+    assert [(s.kind, [graph.nodes[i].name for i in s.nodes]) for s in program.segments] == [
+        ("accelerator", ["relu"]), ("host", ["to5", "softmax", "to4"]), ("accelerator", ["relu2"])]

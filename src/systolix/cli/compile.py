@@ -113,10 +113,13 @@ def compile_command(
 ) -> None:
     """Compile an ONNX model for a Tensil-compatible accelerator and print a compile summary."""
     from systolix.compiler import compile_model
+    from systolix.errors import SystolixError
     from systolix.frontend import FrontendError
 
     if not model.exists():
         raise FrontendError(f"{model}: no such ONNX file")
+    if dump_ir is not None and dump_ir.exists() and not dump_ir.is_dir():
+        raise SystolixError(f"{dump_ir}: exists and is not a directory (--dump-ir)")
     architecture = resolve_arch(arch)
     progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                         TimeElapsedColumn(), console=err_console, transient=True, disable=quiet)

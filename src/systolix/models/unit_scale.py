@@ -33,7 +33,8 @@ def session(model: onnx.ModelProto, threads: int = 1) -> ort.InferenceSession:
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+def elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Every tensor's ONNX element type, from shape inference (what a probe output needs)."""
     stripped = onnx.ModelProto()
     stripped.CopyFrom(model)
     # Shape inference needs the initializers' types and shapes, not their (possibly 100 MB of) data.
@@ -75,7 +76,7 @@ def fit_batchnorms(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]],
     if not bn_positions:
         return 0
     inits = {t.name: t for t in model.graph.initializer}
-    types = _elem_types(model)
+    types = elem_types(model)
     last_use: dict[str, int] = {}
     for i, n in enumerate(nodes):
         for t in n.input:
@@ -117,7 +118,7 @@ def run_with_tensors(model: onnx.ModelProto, names: list[str], feeds: dict[str, 
     """Run ``model`` and return the values of the named intermediate tensors."""
     extended = onnx.ModelProto()
     extended.CopyFrom(model)
-    types = _elem_types(model)
+    types = elem_types(model)
     have = {o.name for o in extended.graph.output}
     for n in names:
         if n not in have:
