@@ -45,6 +45,11 @@ class Ref:
     canonical: bool
 
 
+def refusal(result) -> str | None:
+    """A helper's result when it is the reason a node cannot run (a string), else None."""
+    return result if isinstance(result, str) else None
+
+
 def pair(v, default):
     """An ONNX 2-D attribute (kernel, strides, dilations) as a pair of ints."""
     if v is None:

@@ -15,6 +15,7 @@ import numpy as np
 from systolix.ir.hir import ConvInput, ConvLayer
 from systolix.ir.postops import AddBroadcast, AddConstant, AddTensor, MulBroadcast, MulTensor
 from systolix.lowering.registry import OpHandler, handles
+from systolix.lowering.state import refusal
 
 
 def affine_reason(node, lw, x_index: int) -> str | None:
@@ -139,8 +140,7 @@ class Arithmetic(OpHandler):
         return _constant_plan(node, lw, node.op_type)
 
     def check(self, node, lw):
-        plan = self._plan(node, lw)
-        return plan if isinstance(plan, str) else None
+        return refusal(self._plan(node, lw))
 
     def lower(self, node, lw):
         plan = self._plan(node, lw)

@@ -8,6 +8,7 @@ import numpy as np
 from systolix.errors import SystolixError
 from systolix.ir.hir import ConvInput, ConvLayer
 from systolix.lowering.registry import OpHandler, handles
+from systolix.lowering.state import refusal
 
 
 def _geometry(node, lw, x):
@@ -36,11 +37,8 @@ def _geometry(node, lw, x):
 @handles("Conv")
 class Conv(OpHandler):
     def check(self, node, lw):
-        reason = lw.activation_reason(node, 0) or lw.const_reason(node, 1, "weights")
-        if reason:
-            return reason
-        geometry = _geometry(node, lw, lw.input_activation(node, 0))
-        return geometry if isinstance(geometry, str) else None
+        return (lw.activation_reason(node, 0) or lw.const_reason(node, 1, "weights")
+                or refusal(_geometry(node, lw, lw.input_activation(node, 0))))
 
     def lower(self, node, lw):
         x = lw.act_of(node, 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from systolix.ir.hir import MaxPoolLayer
 from systolix.lowering.registry import OpHandler, handles
-from systolix.lowering.state import pair
+from systolix.lowering.state import pair, refusal
 
 
 def pool_geometry(node, lw, x):
@@ -25,11 +25,7 @@ class MaxPool(OpHandler):
             return "the Indices output"
         if int(node.attr("storage_order", 0)):
             return "storage_order=1"
-        reason = lw.activation_reason(node, 0)
-        if reason:
-            return reason
-        geometry = pool_geometry(node, lw, lw.input_activation(node, 0))
-        return geometry if isinstance(geometry, str) else None
+        return lw.activation_reason(node, 0) or refusal(pool_geometry(node, lw, lw.input_activation(node, 0)))
 
     def lower(self, node, lw):
         x = lw.act_of(node, 0)
