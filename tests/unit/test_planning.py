@@ -10,11 +10,16 @@ from onnx import helper
 from systolix.arch import ARCHITECTURES
 from systolix.codegen.rollup import roll_up_instructions
 from systolix.compiler import compile_model
+from systolix.backend import bind_memories
+from systolix.ir import same
 from systolix.ir.lir import ACCUMULATORS as A
+from systolix.ir.lir import CONSTS as C
 from systolix.ir.lir import DRAM0 as D0
+from systolix.ir.lir import DRAM1 as D1
 from systolix.ir.lir import LOCAL as L
+from systolix.ir.lir import VARS as V
 from systolix.ir.lir import ZEROES as Z
-from systolix.ir.lir import LoadWeights, MatMul, Move
+from systolix.ir.lir import LirProgram, LoadWeights, MatMul, Move
 from systolix.planning.errors import SchedulingError
 from tests.onnx_builders import conv_bn_relu, ir_of, make_model
 
@@ -41,6 +46,19 @@ def test_roll_up_merges_continuing_runs_only():
     ]
     pair = [MatMul(L + 0, A + 0, 4), MatMul(L + 4, A + 4, 4)]
     assert roll_up_instructions(pair, max_count=6, max_stride0=128, max_stride1=128) == pair
+
+
+def test_binding_puts_vars_in_dram0_and_consts_where_the_strategy_keeps_them():
+    def program(instructions, consts_local=False, bound=False):
+        return LirProgram("m", instructions, np.zeros((4, N), np.int64), [], [], [], 0, 0, 0, consts_local, "s", bound)
+
+    before = [Move(V + 8, L + 0, 4), Move(C + 2, L + 4, 2), LoadWeights(L + 4, 2), Move(L + 0, A + 3, 1, accumulate=True)]
+    assert same(bind_memories(program(before)),
+                program([Move(D0 + 8, L + 0, 4), Move(D1 + 2, L + 4, 2), LoadWeights(L + 4, 2), Move(L + 0, A + 3, 1, accumulate=True)],
+                        bound=True))
+    # local-consts: the image sits in local memory from address 0.
+    assert same(bind_memories(program([LoadWeights(C + 3, 8), Move(C + 1, A + 3, 1)], consts_local=True)),
+                program([LoadWeights(L + 3, 8), Move(L + 1, A + 3, 1)], consts_local=True, bound=True))
 
 
 def test_the_constant_image_holds_the_rounded_weights_block_by_block():

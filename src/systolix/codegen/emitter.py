@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from systolix.arch import Architecture
-from systolix.ir.lir import LOCAL, TAG_SHIFT, ZEROES, LoadWeights, MatMul, Memory, Move, Simd
+from systolix.ir.lir import TAG_SHIFT, ZEROES, LoadWeights, MatMul, Memory, Move, Simd
 from systolix.isa import InstructionLayout, SimdOp
 
 _LOCAL_TAG = int(Memory.LOCAL)
@@ -137,7 +137,3 @@ class Emitter:
                 self.move(int(local[k]), int(far[k]), count, ls, fs)
             k += count
 
-
-def local(raw: int) -> int:
-    """Local vector ``raw`` as a tagged address."""
-    return LOCAL + raw

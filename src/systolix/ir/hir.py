@@ -344,7 +344,3 @@ class HirProgram(Structural):
                 text += "\n    weights rounded to the samples (GPTQ)"
             lines.append(f"{k:4d} {text}")
         return "\n".join(lines) + "\n"
-
-    def producers(self) -> dict[int, Layer]:
-        """Each activation (by ``id``) written by exactly one layer as its whole output."""
-        return {id(layer.output): layer for layer in self.layers}
