@@ -41,7 +41,7 @@ def bit_exact(raw_logits: np.ndarray, expected: dict) -> bool:
 
 def main(
     repeats: int = typer.Option(3, help="Timed batched passes (after one warm-up)."),
-    numpy_path: bool = typer.Option(True, "--numpy/--no-numpy", help="Also time the plain NumPy interpreter (about 20 s)."),
+    numpy_path: bool = typer.Option(True, "--numpy/--no-numpy", help="Also time the NumPy specification, systolix.emulator.reference (about 20 s)."),
 ) -> None:
     import systolix
     from systolix.artifacts import read_vectors_csv
@@ -83,7 +83,7 @@ def main(
         tcu.run(model.program)
         seconds = time.perf_counter() - started
         out = m.outputs[0]
-        rows.append(("plain NumPy interpreter, batch of 10", seconds, 10, bit_exact(tcu.dram0[:, out.base, :10], expected)))
+        rows.append(("NumPy specification (systolix.emulator.reference), batch of 10", seconds, 10, bit_exact(tcu.dram0[:, out.base, :10], expected)))
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     table = Table(title=f"Emulator: Tensil ResNet-20 (ZCU104 baseline, {len(model.program):,} instructions), "
