@@ -4,8 +4,8 @@
     .venv/bin/python benchmarks/bench_emulator.py --no-numpy # numba emulator only
 
 Every timed run is checked against ``expected.json``: the ten golden classes and the two boards'
-printed outputs, as raw FP16BP8 integers. The plain-NumPy path is the independent interpreter of
-``tests/e2e/test_speech_tensil.py`` (one Python step per instruction, NumPy inside each).
+printed outputs, as raw FP16BP8 integers. The plain-NumPy path is the emulator's specification,
+``systolix.emulator.reference`` (one Python step per instruction, NumPy inside each).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -42,7 +41,7 @@ def bit_exact(raw_logits: np.ndarray, expected: dict) -> bool:
 
 def main(
     repeats: int = typer.Option(3, help="Timed batched passes (after one warm-up)."),
-    numpy_path: bool = typer.Option(True, "--numpy/--no-numpy", help="Also time the plain NumPy interpreter (about 20 s)."),
+    numpy_path: bool = typer.Option(True, "--numpy/--no-numpy", help="Also time the NumPy specification, systolix.emulator.reference (about 20 s)."),
 ) -> None:
     import systolix
     from systolix.artifacts import read_vectors_csv
@@ -74,18 +73,17 @@ def main(
     rows.append(("numba, one image at a time", time.perf_counter() - started, 10, bit_exact(np.stack(singles)[:, 0], expected)))
 
     if numpy_path:
-        sys.path.insert(0, str(PROJECT))
-        from tests.e2e.test_speech_tensil import NumpyTCU
+        from systolix.emulator.reference import ReferenceTCU
 
         m = model.manifest
         started = time.perf_counter()
-        tcu = NumpyTCU(m.arch, 10, dram0_vectors=8192, dram1_vectors=m.consts[0].size)
+        tcu = ReferenceTCU(m.arch, 10, dram0_vectors=8192, dram1_vectors=m.consts[0].size)
         tcu.dram1[:, : m.consts[0].size] = model.constants[0][1]
         tcu.dram0[:, :1024] = tcu.to_fixed(images)
         tcu.run(model.program)
         seconds = time.perf_counter() - started
         out = m.outputs[0]
-        rows.append(("plain NumPy interpreter, batch of 10", seconds, 10, bit_exact(tcu.dram0[:, out.base, :10], expected)))
+        rows.append(("NumPy specification (systolix.emulator.reference), batch of 10", seconds, 10, bit_exact(tcu.dram0[:, out.base, :10], expected)))
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     table = Table(title=f"Emulator: Tensil ResNet-20 (ZCU104 baseline, {len(model.program):,} instructions), "

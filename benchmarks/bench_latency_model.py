@@ -1,4 +1,4 @@
-"""Latency model benchmark: simulator speed (instructions per second) and the calibration table.
+"""Latency model benchmark: simulator speed (instructions per second) and the prediction table.
 
 Run: .venv/bin/python benchmarks/bench_latency_model.py
 """
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from systolix.arch import get_board  # noqa: E402
 from systolix.isa.codec import DecodedProgram  # noqa: E402
 from systolix.perf import load_program, simulate  # noqa: E402
-from systolix.perf.calibration import calibration_table, default_resnet20_dir, fit  # noqa: E402
+from systolix.perf.fitting import prediction_table, default_resnet20_dir, fit  # noqa: E402
 
 FIELDS = ("opcode", "flags", "op0", "op1", "op2", "addr0", "stride0", "addr1", "stride1", "size")
 
@@ -71,13 +71,13 @@ def speed_table(console: Console) -> None:
     console.print(t)
 
 
-def calibration(console: Console) -> None:
+def predictions(console: Console) -> None:
     params = fit()
     console.print(f"fit: dram_request_ns = {params['dram_request_ns']}, host_ns_per_scalar = {params['host_ns_per_scalar']}")
-    t = Table(title="Calibration on Tensil's ResNet-20 programs, real ZCU104 at 100 MHz")
+    t = Table(title="The fitted latency model on Tensil's ResNet-20 programs, real ZCU104 at 100 MHz")
     for col in ("program", "bus", "predicted fps", "measured fps", "error", "bound"):
         t.add_column(col, justify="left" if col in ("program", "bound") else "right", no_wrap=True)
-    for r in calibration_table():
+    for r in prediction_table():
         t.add_row(r.point.directory + "/" + (" (fit)" if r.fitted_on else ""), str(r.estimate.board.dram_bus_bits),
                   f"{r.predicted_fps:.1f}", f"{r.point.measured_fps:.2f}", f"{r.error:+.1%}", r.estimate.bound)
     console.print(t)
@@ -86,4 +86,4 @@ def calibration(console: Console) -> None:
 if __name__ == "__main__":
     console = Console(width=120)
     speed_table(console)
-    calibration(console)
+    predictions(console)

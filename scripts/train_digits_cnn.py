@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from systolix.artifacts import write_bytes_atomic
         from systolix.models import build_digits_cnn, save
-        from systolix.models.calibration import session
+        from systolix.models.unit_scale import session
 
         start = time.perf_counter()
         with console.status("training the digits CNN"):

@@ -37,3 +37,19 @@ def conv_bn_relu(cin=5, cout=17, h=7, w=6, seed=0, graph_output_conv=False) -> t
     ]
     outputs = [("y", None)] + ([("c", None)] if graph_output_conv else [])
     return make_model(nodes, [("x", [1, cin, h, w])], outputs, p), p
+
+
+def ir_of(model: onnx.ModelProto, arch="pynqz1", until: str = "eliminate dead layers", strategy: str = "local-isolated", **options):
+    """The IR of the model's (first) accelerator segment after the pass ``until``: by default
+    its HIR lowered, folded, fused and cleaned, as the planning passes get it (the whole program
+    or placed graph for the first two passes)."""
+    from systolix.arch import Architecture, get_architecture
+    from systolix.compiler.context import CompileContext
+    from systolix.compiler.driver import run_passes
+    from systolix.frontend import graph_from_model, import_onnx
+
+    arch = arch if isinstance(arch, Architecture) else get_architecture(arch)
+    imported, source, shapes = import_onnx(model)
+    ctx = CompileContext(arch, strategy, onnx_model=imported, **options)
+    program = run_passes(graph_from_model(imported, source, shapes), ctx, until=until)
+    return program if until in ("place on host", "partition") else program.segments[0].ir

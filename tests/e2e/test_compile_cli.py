@@ -18,6 +18,8 @@ from tests.cli_helpers import assert_user_error, run_cli
 from tests.conftest import SPEECH
 from tests.onnx_builders import conv_bn_relu, make_model
 
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
 
 def save(model, path):
     path.write_bytes(model.SerializeToString())
@@ -71,6 +73,27 @@ def test_host_fallback_and_no_host(tmp_path):
     assert_user_error(run_cli("compile", model, "--arch", "pynqz1", "-o", out, "--no-host"),
                       "(op Softmax) cannot run on the accelerator", "--no-host")
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_dump_ir_writes_every_ir_after_every_pass(tmp_path):
+    model = save(M.build("host/softmax"), tmp_path / "soft.onnx")
+    dump = tmp_path / "ir"
+    proc = run_cli("compile", model, "--arch", "pynqz1", "-o", tmp_path / "out", "--dump-ir", dump, check=True)
+    assert f"{dump}" in proc.stdout
+    # The placed graph says why the host runs the Softmax; each accelerator program has a folder
+    # with its HIR after every HIR pass, its plan and its LIR.
+    placed = (dump / "01-place-on-host.graph.txt").read_text()
+    assert "[host: the accelerator has no implementation of this op]" in placed
+    (program,) = [d for d in dump.iterdir() if d.is_dir() and d.name.endswith(".seg0")]
+    names = sorted(f.name for f in program.iterdir())
+    assert names[0] == "03-lower.hir.txt" and "05-fuse-post-ops.hir.txt" in names and names[-1] == "18-encode.files.txt"
+    assert {n.split(".")[-2] for n in names} == {"hir", "plan", "lir", "files"}
+    lir = (program / "17-roll-up.lir.txt").read_text()
+    assert "dram0[" in lir and "vars[" not in lir  # bound: physical memories only
+    assert "vars[" in (program / "15-emit.lir.txt").read_text()
+    # A file where the directory should be is one error line.
+    assert_user_error(run_cli("compile", model, "--arch", "pynqz1", "-o", tmp_path / "out2", "--dump-ir", model),
+                      "soft.onnx", "not a directory")
 
 
 def test_partitioned_model_runs_from_disk(tmp_path):

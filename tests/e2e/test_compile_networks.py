@@ -19,6 +19,8 @@ from systolix.runtime import load
 from tests.conftest import SPEECH
 from tests.error_model import output_bounds
 
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
 ARCHS = ["pynqz1", "ultra96v2", "zcu104"]
 # Plain compiles (Tensil's arithmetic, no calibration data) of these random-weight classifiers
 # agree with onnxruntime on 95% (MobileNet), 98% (ResNet-20) and 99% (MLP) of the 100 inputs;
@@ -26,7 +28,7 @@ ARCHS = ["pynqz1", "ultra96v2", "zcu104"]
 # this something other than rounding is wrong.
 RAW_AGREEMENT = 0.93
 TIE_MARGIN = 0.1
-# Calibrated compiles amplify the weights (systolix.scheduler.precision) on samples that are
+# Calibrated compiles amplify the weights (systolix.hir_passes.amplify_weights) on samples that are
 # never test inputs (seeds 1000 on; the test inputs are seeds 0 to 999) and round them to fit the
 # samples (GPTQ). Their errors are 4-5x smaller than plain compiles' and they agree on 98%
 # (ResNet-20 on zcu104: two misses, top-2 margins of 1.0 and 0.4 LSB, ties at the output's own
@@ -165,7 +167,7 @@ def test_calibrated_classifier_picks_the_same_class_on_99_percent_of_1000_inputs
 # it picks onnxruntime's class on 99.4%: its six misses are ties within 3.3 LSB, and none of the 4
 # inputs that saturate loses its class (scripts/agreement.py --model resnet50v2 --arch ultra96v2
 # --samples 32; the first 100 do not saturate). Its 2,048-long head is summed in parts
-# (systolix.scheduler.reductions): whole, it was 98.4%.
+# (systolix.hir_passes.split_long_reductions): whole, it was 98.4%.
 RESNET50_INPUTS = 100
 RESNET50_SAMPLES = 32
 RESNET50_CHUNK = 16
@@ -293,7 +295,7 @@ def test_resnet50v2_within_bound_on_every_array_size():
         compiled = compile_model(model, arch)
         if arch == "pynqz1":
             assert compiled.summary.constant_cuts >= 2
-            assert all(seg.result.lir.consts.shape[0] <= 1 << 20 for seg in compiled.summary.segments)
+            assert all(seg.lir.consts.shape[0] <= 1 << 20 for seg in compiled.summary.segments)
         else:
             assert compiled.summary.constant_cuts == 0
         got = compiled.run(feeds)

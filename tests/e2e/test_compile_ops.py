@@ -13,6 +13,8 @@ import systolix.models as M
 from systolix.compiler import compile_model
 from tests.error_model import output_bounds
 
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
 ARCHS = ["pynqz1", "ultra96v2", "zcu104"]
 CASES = [n for n in M.names() if n.startswith(("ops/", "host/", "cnn/"))]
 # Ops that run on the host by design (the accelerator has no instruction for them).

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 import re
 
 from tests.cli_helpers import run_cli
+
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
 
 
 def test_demo_runs_and_agrees_with_onnxruntime(tmp_path):

@@ -1,6 +1,6 @@
-"""The lowering on its own: every model's high-level IR, run in float by
-``systolix.scheduler.reference``, against onnxruntime (no fixed point, no scheduling). The
-calibration pass reads its ranges from this evaluation, so it has to be the model's function."""
+"""The lowering and HIR passes on their own: every model's high-level IR, run in float by
+``systolix.ir.evaluate``, against onnxruntime (no fixed point, no scheduling). Calibration reads
+its ranges from this evaluation, so it has to be the model's function."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 
 import systolix.models as M
 from systolix.compiler import compile_model
-from systolix.frontend import graph_from_model, import_onnx
-from systolix.scheduler import lower
-from systolix.scheduler.reference import run_reference
+from systolix.ir.evaluate import run_reference
+from tests.onnx_builders import ir_of
+
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
 
 # Every model the accelerator runs whole (gemm_transa runs on the host); ResNet-50 is slow to build.
 CASES = [n for n in M.names() if not n.startswith(("host/", "bad/")) and n not in ("ops/gemm_transa", "resnet50v2")]
@@ -22,8 +23,8 @@ CASES = [n for n in M.names() if not n.startswith(("host/", "bad/")) and n not i
 def test_ir_in_float_matches_onnxruntime(name):
     model = M.build(name)
     feeds = M.example_inputs(model, seed=1)
-    onnx_model, source, shapes = import_onnx(model)
-    hir = lower(graph_from_model(onnx_model, source, shapes), 8)
+    unfused = ir_of(model, until="lower")
+    hir = ir_of(model)
     got = run_reference(hir, feeds)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
@@ -31,6 +32,9 @@ def test_ir_in_float_matches_onnxruntime(name):
     for out, expected in ref.items():
         scale = float(np.max(np.abs(expected))) + 1e-6
         assert float(np.max(np.abs(got[out] - expected))) <= 1e-5 * scale, out
+    # Folding, fusion and dead-layer elimination keep the function too.
+    for out, value in run_reference(unfused, feeds).items():
+        np.testing.assert_allclose(got[out], value, rtol=1e-5, atol=1e-5 * (float(np.max(np.abs(value))) + 1e-6))
 
 
 @pytest.mark.parametrize("name", ["host/squeeze_excite", "host/softmax"])

@@ -18,6 +18,8 @@ from onnx import helper
 import systolix.models as zoo
 from tests.conftest import PROJECT, SPEECH
 
+pytestmark = pytest.mark.needs_onnxruntime
+
 
 def _session(model):
     options = ort.SessionOptions()
@@ -111,7 +113,7 @@ def test_resnet20v2_matches_tensils_constant_footprint():
 
     from tests.conftest import RESNET20
 
-    model = zoo.build("resnet20v2", calibrate=False)
+    model = zoo.build("resnet20v2", unit_scale=False)
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     n = 32
     vectors = 0

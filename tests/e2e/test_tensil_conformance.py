@@ -20,6 +20,8 @@ from systolix.isa import InstructionLayout
 from tests.cli_helpers import assert_user_error, run_cli
 from tests.conftest import RESNET20
 
+pytestmark = pytest.mark.needs_emulator
+
 PROGRAMS = ["baseline", "ultra_ram", "ultra_ram_local_vars", "ultra_ram_local_consts", "ultra_ram_local_vars_and_consts"]
 EXPECTED = json.loads((RESNET20 / "expected.json").read_text())
 CSV = RESNET20 / "cifar_10x32.csv"

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 import numpy as np
 
 from systolix.artifacts import write_vectors_csv
 from tests.cli_helpers import assert_user_error, run_cli
 from tests.unit.test_emulator_runtime import N, X, build_model, reference
+
+pytestmark = pytest.mark.needs_emulator
 
 
 def test_npz_in_npz_out(tmp_path):

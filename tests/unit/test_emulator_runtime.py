@@ -23,6 +23,8 @@ from systolix.numerics import DataType, to_fixed
 from systolix.runtime import tensor_to_vectors, vectors_to_tensor
 from systolix.runtime.model import RuntimeInputError
 
+pytestmark = pytest.mark.needs_emulator
+
 N = 4
 ARCH = Architecture.from_tarch({
     "data_type": "FP16BP8", "array_size": N, "dram0_depth": 1 << 20, "dram1_depth": 1 << 20, "local_depth": 64,

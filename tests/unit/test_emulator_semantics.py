@@ -30,6 +30,8 @@ from systolix.isa import (
 )
 from systolix.numerics import DataType
 
+pytestmark = pytest.mark.needs_emulator
+
 FIXED = [DataType.FP8BP4, DataType.FP16BP8, DataType.FP18BP10, DataType.FP32BP16]
 
 

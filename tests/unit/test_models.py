@@ -12,9 +12,11 @@ from onnx import helper, numpy_helper
 import systolix.models as zoo
 from systolix.errors import SystolixError
 
+pytestmark = pytest.mark.needs_onnxruntime
+
 SMALL = [n for n in zoo.names(large=False) if n != "digits_cnn"]
 # Structure only (no calibration), to choose parameters at collection time.
-_SKELETONS = {n: zoo.build(n, calibrate=False) for n in SMALL}
+_SKELETONS = {n: zoo.build(n, unit_scale=False) for n in SMALL}
 WITH_BN = [n for n, m in _SKELETONS.items() if any(node.op_type == "BatchNormalization" for node in m.graph.node)]
 CLASSIFIERS = [n for n, m in _SKELETONS.items()
                if {p.key: p.value for p in m.metadata_props}.get("systolix.kind") == "classifier"]

@@ -15,6 +15,8 @@ from systolix.cli import app
 from systolix.errors import SystolixError
 from systolix.models import build, save
 
+pytestmark = pytest.mark.needs_onnxruntime
+
 runner = CliRunner()
 JSON_KEYS = {"cycles", "latency_ms", "fps", "mac_efficiency", "units", "bound", "layers"}
 

@@ -1,4 +1,4 @@
-"""Performance samples (seed section 3.5): when they are taken and what their bits say."""
+"""Performance samples (the sample_interval register): when they are taken and what their bits say."""
 
 from __future__ import annotations
 

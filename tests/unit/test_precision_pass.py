@@ -7,16 +7,29 @@ import numpy as np
 import pytest
 from onnx import helper
 
+import dataclasses
+
 from systolix.arch import get_architecture
-from systolix.calibration import CalibrationError, calibration_samples
+from systolix.compiler.calibration import CalibrationError, calibration_samples
+from systolix.compiler.context import CompileContext
 from systolix.frontend import to_graph
-from systolix.scheduler import ConvLayer, lower
-from systolix.scheduler.hir import Activation, ConvInput, HirProgram, PostOp
-from systolix.scheduler.precision import GAIN_NODE, LayerRange, amplify_weights, calibrate, channel_gains
-from systolix.scheduler.reference import run_reference
-from tests.onnx_builders import conv_bn_relu, make_model
+from systolix.hir_passes.amplify_weights import GAIN_NODE, amplify_weights, channel_gains
+from systolix.hir_passes.measure_ranges import LayerRange, measure
+from systolix.ir import same
+from systolix.ir.evaluate import run_reference
+from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
+from systolix.ir.postops import Relu, Scale
+from tests.onnx_builders import conv_bn_relu, ir_of, make_model
+
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
 
 ARCH = get_architecture("pynqz1")  # FP16BP8: the largest value is 127.996, the binary point 8
+CTX = CompileContext(ARCH)
+
+
+def amplified(hir: HirProgram, ranges: dict) -> HirProgram:
+    """The pass on ``hir`` with the ranges ``measure_ranges`` would have found."""
+    return amplify_weights(dataclasses.replace(hir, ranges=ranges), CTX)
 
 
 def one_layer(weights, bias, post=()) -> HirProgram:
@@ -29,7 +42,7 @@ def one_layer(weights, bias, post=()) -> HirProgram:
 
 
 def test_gains_follow_the_calibrated_sums_with_headroom():
-    hir = one_layer([[0.1, -0.3], [0.02, 0.01]], [0.05, 0.0], [PostOp("relu")])
+    hir = one_layer([[0.1, -0.3], [0.02, 0.01]], [0.05, 0.0], [Relu()])
     seen = LayerRange(peak=np.array([1.5, 0.2]), bound=np.array([9.0, 9.0]), observations=5000)
     gains = channel_gains(hir.layers[0], seen, ARCH.data_type)
     # channel 0: 1.5 * 2.5 = 3.75 -> 128 / 3.75 = 34 -> 2^5; channel 1: its layer's 1.5 * 1.5
@@ -41,32 +54,29 @@ def test_gains_follow_the_calibrated_sums_with_headroom():
 
 
 def test_the_pass_amplifies_weights_and_bias_and_undoes_it_first():
-    before = one_layer([[0.1, -0.3], [0.02, 0.01]], [0.05, 0.0], [PostOp("relu")])
-    after = amplify_weights(before, ARCH, {0: LayerRange(np.array([1.5, 0.2]), np.array([9.0, 9.0]), 5000)})
-    layer = after.layers[0]
-    np.testing.assert_array_equal(layer.inputs[0].weights[:, :, 0, 0], np.float32([[3.2, -9.6], [0.64, 0.32]]))
-    np.testing.assert_array_equal(layer.bias, np.float32([1.6, 0.0]))
-    assert [p.kind for p in layer.post_ops] == ["mul", "relu"]
-    assert layer.post_ops[0].node == GAIN_NODE
-    np.testing.assert_array_equal(layer.post_ops[0].values, np.float32([1 / 32, 1 / 32]))
-    assert after.gains["dense"].tolist() == [5, 5]
+    before = one_layer([[0.1, -0.3], [0.02, 0.01]], [0.05, 0.0], [Relu()])
+    after = amplified(before, {0: LayerRange(np.array([1.5, 0.2]), np.array([9.0, 9.0]), 5000)})
+    expected = one_layer(np.float32([[3.2, -9.6], [0.64, 0.32]]), [1.6, 0.0],
+                         [Scale(np.float32([1 / 32, 1 / 32]), node=GAIN_NODE), Relu()])
+    expected.gains = {"dense": np.array([5, 5])}
+    assert same(after, expected)
     # The IR before is untouched (passes are functions).
     assert [p.kind for p in before.layers[0].post_ops] == ["relu"] and before.layers[0].bias[0] == np.float32(0.05)
 
 
 def test_exact_layers_and_uncalibrated_layers_are_left_alone():
     copy = one_layer([[1.0, 0.0], [0.0, -1.0]], [0.5, 0.0])
-    assert amplify_weights(copy, ARCH, {0: LayerRange(np.ones(2), np.ones(2), 5000)}).layers[0] is copy.layers[0]
+    assert amplified(copy, {0: LayerRange(np.ones(2), np.ones(2), 5000)}).layers[0] is copy.layers[0]
     plain = one_layer([[0.1, 0.2], [0.3, 0.4]], [0.0, 0.0])
-    assert amplify_weights(plain, ARCH, {}).layers[0] is plain.layers[0]
+    assert amplified(plain, {}).layers[0] is plain.layers[0]
 
 
 def test_amplified_ir_computes_the_same_function_in_float():
     m, _ = conv_bn_relu()
-    hir = lower(to_graph(m), 8)
+    hir = ir_of(m)
     rng = np.random.default_rng(0)
     samples = [{"x": rng.normal(size=(1, 5, 7, 6)).astype(np.float32)} for _ in range(4)]
-    after = amplify_weights(hir, ARCH, calibrate(hir, samples))
+    after = amplified(hir, measure(hir, samples))
     assert after.gains and min(int(g.min()) for g in after.gains.values()) >= 1
     x = {"x": rng.normal(size=(1, 5, 7, 6)).astype(np.float32)}
     np.testing.assert_allclose(run_reference(after, x)["y"], run_reference(hir, x)["y"], rtol=1e-5, atol=1e-6)
@@ -127,18 +137,18 @@ def test_calibrated_compile_has_smaller_error_on_the_emulator():
 
 def test_many_samples_set_the_peak_that_32_typically_reach_and_none_saturates():
     # One dense layer y = 1 * x: each sample's accumulator peak is its own |x|.
-    hir = one_layer([[1.0, 0.0]], [0.0], [PostOp("mul", values=np.float32([0.5]))])
+    hir = one_layer([[1.0, 0.0]], [0.0], [Scale(np.float32([0.5]))])
     xs = np.arange(1.0, 65.0) / 16  # 64 samples, peaks 1/16 .. 4
     samples = [{"x": np.float32([[x, 0.0]])} for x in xs]
-    seen = calibrate(hir, samples)[0]
+    seen = measure(hir, samples)[0]
     # 64 samples = 2 x 32: the second largest of the samples' peaks, not the largest.
     np.testing.assert_allclose(seen.peak, [63 / 16])
     np.testing.assert_allclose(seen.largest, [4.0])
     assert seen.observations == 32
-    assert calibrate(hir, samples[:32])[0].peak.tolist() == [2.0]  # up to 32: the largest
+    assert measure(hir, samples[:32])[0].peak.tolist() == [2.0]  # up to 32: the largest
     # Every sample keeps its sums in range even when the headroom on the typical peak would not.
     spread = [{"x": np.float32([[x, 0.0]])} for x in [0.5] * 63 + [100.0]]
-    outlier = calibrate(hir, spread)[0]
+    outlier = measure(hir, spread)[0]
     assert outlier.peak.tolist() == [0.5] and outlier.largest.tolist() == [100.0]
     assert channel_gains(hir.layers[0], outlier, ARCH.data_type).tolist() == [0]
 
@@ -149,7 +159,7 @@ def pool_model(kind: str = "GlobalAveragePool", channels: int = 2, h: int = 7, w
 
 
 def test_a_pool_whose_samples_would_saturate_gets_a_negative_gain_undone_in_its_last_multiply():
-    before = lower(to_graph(pool_model()), 8)
+    before = ir_of(pool_model())
     pool = before.layers[0]
     # 63 taps: weights 2^-3 (the sum holds 7.9x the mean), then x 64/63 and x 2^-3.
     np.testing.assert_array_equal(pool.inputs[0].diagonal, np.full((2, 7, 9), 0.125, np.float32))
@@ -157,9 +167,9 @@ def test_a_pool_whose_samples_would_saturate_gets_a_negative_gain_undone_in_its_
     assert pool.scaling_ops == 2
     # Channel 0 is 40 everywhere (its sum would reach 315, and 320 after x 64/63), channel 1 is 1.
     x = np.concatenate([np.full((1, 1, 7, 9), 40.0), np.ones((1, 1, 7, 9))], axis=1).astype(np.float32)
-    seen = calibrate(before, [{"x": x}])[0]
+    seen = measure(before, [{"x": x}])[0]
     np.testing.assert_allclose(seen.largest, [320.0, 8.0])
-    after = amplify_weights(before, ARCH, {0: seen})
+    after = amplified(before, {0: seen})
     # Channel 0: 320 with 1.5x headroom is 480 -> 2^-2 (its sums now peak at 80); channel 1 fits.
     assert after.gains["GlobalAveragePool_0"].tolist() == [-2, 0]
     layer = after.layers[0]
@@ -171,9 +181,9 @@ def test_a_pool_whose_samples_would_saturate_gets_a_negative_gain_undone_in_its_
 
 
 def test_a_positive_pool_gain_is_undone_after_the_pools_own_multiplies():
-    before = lower(to_graph(pool_model()), 8)
+    before = ir_of(pool_model())
     x = np.full((1, 2, 7, 9), 0.04, np.float32)
-    after = amplify_weights(before, ARCH, {0: calibrate(before, [{"x": x}])[0]})
+    after = amplified(before, {0: measure(before, [{"x": x}])[0]})
     gains = after.gains["GlobalAveragePool_0"]
     # Sums of 0.32 (x 2.5 headroom: 0.8) leave room for 2^7; a merged 2^-(3+7) would be below
     # FP16BP8's step, so the undo is a multiply of its own, after the pool's.
@@ -225,7 +235,7 @@ def test_calibrated_pools_of_large_values_do_not_saturate_on_the_emulator(kind, 
     with warnings.catch_warnings():
         warnings.simplefilter("error", SaturationWarning)
         ours = calibrated.run(test)["y"]
-    layer = calibrated.summary.segments[0].result.hir.layers[0]
+    layer = calibrated.summary.segments[0].hir.layers[0]
     bound = _pool_error_bound(layer, ref.reshape(5, -1).astype(np.float64))
     err = np.abs(ours - ref).reshape(5, -1)
     with capsys.disabled():

@@ -9,16 +9,22 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-import systolix.scheduler.pipeline as pipeline
+import systolix.hir_passes.split_long_reductions as reductions
 from systolix.arch import get_architecture
 from systolix.compiler import compile_model
+from systolix.compiler.context import CompileContext
+from systolix.hir_passes.split_long_reductions import PART_NODE, reduction_parts, split_long_reductions
+from systolix.ir import same
+from systolix.ir.evaluate import run_reference
+from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
+from systolix.ir.postops import AddConstant, AddTensor, Clip, Relu
 from systolix.numerics import DataType
-from systolix.scheduler.hir import Activation, ConvInput, ConvLayer, HirProgram, PostOp
-from systolix.scheduler.reductions import PART_NODE, reduction_parts, split_long_reductions
-from systolix.scheduler.reference import run_reference
 from tests.onnx_builders import make_model
 
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
 ARCH = get_architecture("ultra96v2")  # 16x16
+CALIBRATED = CompileContext(ARCH, samples=[{}])  # the pass runs in calibrated compiles
 
 
 def dense(C_in: int, C_out: int, N: int = 16, post=(), seed: int = 0, pixels: int = 1) -> HirProgram:
@@ -33,39 +39,38 @@ def dense(C_in: int, C_out: int, N: int = 16, post=(), seed: int = 0, pixels: in
 
 
 def test_a_long_one_pixel_reduction_becomes_parts_summed_by_the_last():
-    before = dense(600, 10, post=[PostOp("relu", node="r")])
-    after = split_long_reductions(before, ARCH)
+    before = dense(600, 10, post=[Relu(node="r")])
     whole = before.layers[0]
-    assert [layer.name for layer in after.layers] == [
-        "head [0:256]", "head [256:512]", "head [512:600]"]
-    first, second, last = after.layers
-    # Each part reads its own channel groups of the input, in place.
-    assert [(p.inputs[0].act.C, p.inputs[0].act.parent) for p in after.layers] == [
-        (256, (whole.inputs[0].act, 0)), (256, (whole.inputs[0].act, 16)), (88, (whole.inputs[0].act, 32))]
-    for part, (c0, c1) in zip(after.layers, [(0, 256), (256, 512), (512, 600)]):
-        np.testing.assert_array_equal(part.inputs[0].weights, whole.inputs[0].weights[:, c0:c1])
-        np.testing.assert_array_equal(part.bias, np.zeros(10, np.float32))
-        assert part.nodes == ["head_node"] and part.ops == ["Gemm"]
-    # The first two save partial results; the last adds them, then the bias, then the relu.
-    assert first.post_ops == [] and second.post_ops == []
-    assert first.output is not whole.output and (first.output.C, first.output.P) == (10, 1)
-    assert last.output is whole.output
-    assert [(p.kind, p.node) for p in last.post_ops] == [("add", PART_NODE), ("add", PART_NODE),
-                                                         ("add_const", PART_NODE), ("relu", "r")]
-    assert last.post_ops[0].tensor is first.output and last.post_ops[1].tensor is second.output
-    np.testing.assert_array_equal(last.post_ops[2].values.reshape(-1), whole.bias)
-    assert sum(p.macs for p in after.layers) == whole.macs == 6000
+    x, y = whole.inputs[0].act, whole.output
+    w = whole.inputs[0].weights
+    # Each part reads its own channel groups of the input, in place; the first two save partial
+    # results, the last adds them, then the bias, then the relu.
+    partials = [Activation(f"y part {j}", 10, 1, 1, 16) for j in (1, 2)]
+    parts = []
+    for j, (c0, c1) in enumerate([(0, 256), (256, 512), (512, 600)]):
+        last = j == 2
+        post = [AddTensor(p, node=PART_NODE) for p in partials] + [AddConstant(whole.bias.reshape(10, 1, 1), node=PART_NODE),
+                                                                  Relu(node="r")] if last else []
+        parts.append(ConvLayer(f"head [{c0}:{c1}]", [ConvInput(Activation(f"x[{c0}:{c1}]", c1 - c0, 1, 1, 16, parent=(x, c0 // 16)),
+                                                               weights=w[:, c0:c1])],
+                               y if last else partials[j], np.zeros(10, np.float32), (1, 1), post_ops=post, ops=["Gemm"],
+                               nodes=["head_node"], macs=[2560, 2560, 880][j]))
+    expected = HirProgram("m", 16, parts, {"x": x}, {"y": y}, {"x": (1, 600)}, {"y": (1, 10)})
+    after = split_long_reductions(before, CALIBRATED)
+    assert same(after, expected), after.text()
+    assert after.layers[2].output is whole.output and sum(p.macs for p in after.layers) == whole.macs == 6000
     # The IR before is untouched.
     assert before.layers == [whole] and whole.post_ops[0].kind == "relu" and whole.inputs[0].weights.shape[1] == 600
 
 
 @pytest.mark.parametrize("N", [8, 16, 32])
 def test_parts_compute_the_same_function_in_float(N):
-    before = dense(1100, 21, N=N, post=[PostOp("clip", lo=-1.0, hi=2.0)])
-    after = split_long_reductions(before, ARCH)
+    before = dense(1100, 21, N=N, post=[Clip(-1.0, 2.0)])
+    after = split_long_reductions(before, CALIBRATED)
     assert len(after.layers) == 5  # 256 channels a part: 4 whole and 76 left
     float_arch = ARCH.model_copy(update={"data_type": DataType.FLOAT32})
-    assert split_long_reductions(before, float_arch).layers == before.layers  # nothing to gain
+    assert split_long_reductions(before, CompileContext(float_arch, samples=[{}])).layers == before.layers  # nothing to gain
+    assert split_long_reductions(before, CompileContext(ARCH)) is before  # uncalibrated: nothing measured to gain
     x = {"x": np.random.default_rng(1).normal(size=(1, 1100)).astype(np.float32)}
     np.testing.assert_allclose(run_reference(after, x)["y"], run_reference(before, x)["y"], rtol=1e-12, atol=1e-12)
 
@@ -85,7 +90,7 @@ def test_short_spatial_and_multi_input_reductions_stay_whole():
 def layers(compiled) -> list[str]:
     """The names of a one-program compile's layers."""
     (segment,) = compiled.summary.segments
-    return [layer.name for layer in segment.result.hir.layers]
+    return [layer.name for layer in segment.hir.layers]
 
 
 def _head(seed: int = 5):
@@ -115,7 +120,7 @@ def test_a_calibrated_head_in_parts_has_less_error_on_the_emulator(monkeypatch):
 
     parts = compile_model(m, ARCH, calibration={"x": calibration})
     assert len(layers(parts)) == 8 and layers(parts)[-1].endswith(" [1792:2048]")
-    monkeypatch.setattr(pipeline, "split_long_reductions", lambda hir, arch: hir)
+    monkeypatch.setattr(reductions, "reduction_parts", lambda layer, N: None)
     whole = compile_model(m, ARCH, calibration={"x": calibration})
     assert len(layers(whole)) == 1
     err_parts, err_whole = rms_error(parts), rms_error(whole)

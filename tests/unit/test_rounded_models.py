@@ -12,6 +12,8 @@ from onnx import helper, numpy_helper
 from systolix.models.rounded import rounded_feeds, with_rounded_tensors
 from systolix.numerics.datatypes import DataType
 
+pytestmark = pytest.mark.needs_onnxruntime
+
 LSB = 2.0 ** -8
 
 

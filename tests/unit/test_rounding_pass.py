@@ -6,18 +6,25 @@ from __future__ import annotations
 
 import numpy as np
 
+import dataclasses
+
 from systolix.arch import get_architecture
-from systolix.frontend import to_graph
-from systolix.scheduler import ConvLayer, lower
-from systolix.scheduler.hir import Activation, ConvInput, HirProgram
-from systolix.scheduler.precision import calibrate
-from systolix.scheduler.reference import run_reference
-from systolix.scheduler.rounding import OBSERVATIONS_PER_WEIGHT, gptq, gptq_diagonal, on_grid, round_weights
-from tests.onnx_builders import conv_bn_relu
+from systolix.compiler.context import CompileContext
+from systolix.hir_passes.measure_ranges import measure
+from systolix.hir_passes.round_weights import OBSERVATIONS_PER_WEIGHT, gptq, gptq_diagonal, on_grid, round_weights
+from systolix.ir import same
+from systolix.ir.evaluate import run_reference
+from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
+from tests.onnx_builders import conv_bn_relu, ir_of
 
 ARCH = get_architecture("pynqz1")  # FP16BP8: one step is 2^-8
 LSB = 2.0 ** -8
 nearest = on_grid(ARCH.data_type)
+
+
+def rounded(hir: HirProgram, samples) -> HirProgram:
+    """The pass on ``hir`` after ``measure_ranges`` on ``samples``."""
+    return round_weights(dataclasses.replace(hir, ranges=measure(hir, samples, ARCH.data_type)), CompileContext(ARCH))
 
 
 def pixels_layer(c_in: int, c_out: int, side: int, weights, bias) -> HirProgram:
@@ -38,10 +45,10 @@ def test_an_error_is_carried_to_the_weight_that_reads_the_same_input():
     for _ in range(4):
         v = rng.normal(size=(1, 1, 6, 6)).astype(np.float32)
         samples.append({"x": np.concatenate([v, v], axis=1)})
-    ranges = calibrate(before, samples, ARCH.data_type)
-    after = round_weights(before, ARCH, {0: ranges[0].gram})
-    np.testing.assert_array_equal(after.layers[0].inputs[0].weights[:, :, 0, 0], np.float32([[0.0, LSB]]))
-    np.testing.assert_array_equal(after.layers[0].bias, np.float32([0.0]))
+    after = rounded(before, samples)
+    expected = pixels_layer(2, 1, 6, [[0.0, LSB]], [0.0])
+    expected.rounded = ["conv"]
+    assert same(after, expected)
     # The IR before is untouched (passes are functions), and so is everything but the numbers.
     assert before.layers[0].inputs[0].weights[0, 1, 0, 0] == np.float32(0.4 * LSB)
     assert after.layers[0].output is before.layers[0].output and after.inputs == before.inputs
@@ -93,39 +100,38 @@ def test_a_gemm_with_few_samples_is_left_to_plain_rounding():
     layer = pixels_layer(3, 2, 1, np.ones((2, 3)) * 0.3 * LSB, [0.0, 0.0])
     samples = [{"x": np.ones((1, 3, 1, 1), np.float32)} for _ in range(4)]
     assert 4 < OBSERVATIONS_PER_WEIGHT * 4
-    assert calibrate(layer, samples, ARCH.data_type)[0].gram is None
+    assert measure(layer, samples, ARCH.data_type)[0].gram is None
 
 
 def test_rounded_conv_layer_errs_less_than_plain_rounding_on_other_inputs():
     # A 3x3 conv + batch norm + ReLU on smooth, image-like inputs: the rounded IR in float
     # against the float IR, on inputs that were not the calibration samples.
     m, _ = conv_bn_relu(cin=5, cout=17, h=12, w=12)
-    hir = lower(to_graph(m), 8)
+    hir = ir_of(m)
     rng = np.random.default_rng(3)
 
     def image():
         coarse = rng.normal(size=(1, 5, 4, 4))
         return {"x": np.kron(coarse, np.ones((1, 1, 3, 3))).astype(np.float32) + 0.1 * rng.normal(size=(1, 5, 12, 12)).astype(np.float32)}
 
-    ranges = calibrate(hir, [image() for _ in range(8)], ARCH.data_type)
-    grams = {i: r.gram for i, r in ranges.items() if r.gram is not None}
-    assert grams, "the conv layer has enough pixels for a Gram matrix"
-    rounded = round_weights(hir, ARCH, grams)
+    ranges = measure(hir, [image() for _ in range(8)], ARCH.data_type)
+    assert any(r.gram is not None for r in ranges.values()), "the conv layer has enough pixels for a Gram matrix"
+    after = round_weights(dataclasses.replace(hir, ranges=ranges), CompileContext(ARCH))
     plain_layers = []
     for layer in hir.layers:
         if isinstance(layer, ConvLayer):
             inputs = [ConvInput(i.act, weights=nearest(i.weights).astype(np.float32)) for i in layer.inputs]
-            layer = type(layer)(**{**layer.__dict__, "inputs": inputs, "bias": nearest(layer.bias).astype(np.float32)})
+            layer = dataclasses.replace(layer, inputs=inputs, bias=nearest(layer.bias).astype(np.float32))
         plain_layers.append(layer)
-    plain = HirProgram(**{**hir.__dict__, "layers": plain_layers})
-    for layer in rounded.layers:
+    plain = dataclasses.replace(hir, layers=plain_layers)
+    for layer in after.layers:
         for inp in layer.inputs:
             assert np.array_equal(inp.weights, nearest(inp.weights))
     ours = plain_err = 0.0
     for _ in range(10):
         x = image()
         ref = run_reference(hir, x)["y"]
-        ours += float(np.mean((run_reference(rounded, x)["y"] - ref) ** 2))
+        ours += float(np.mean((run_reference(after, x)["y"] - ref) ** 2))
         plain_err += float(np.mean((run_reference(plain, x)["y"] - ref) ** 2))
     assert ours < 0.7 * plain_err, (ours, plain_err)
 
@@ -139,4 +145,4 @@ def test_an_average_pool_keeps_one_weight_for_every_tap():
     hir = HirProgram("m", 8, [pool], {"x": x}, {"y": y}, {"x": (1, 4, 6, 6)}, {"y": (1, 4, 4, 4)})
     rng = np.random.default_rng(4)
     samples = [{"x": rng.normal(size=(1, 4, 6, 6)).astype(np.float32)} for _ in range(16)]
-    assert calibrate(hir, samples, ARCH.data_type)[0].gram is None
+    assert measure(hir, samples, ARCH.data_type)[0].gram is None

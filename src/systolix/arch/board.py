@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from systolix.arch.architecture import Architecture
 
 # Latency-model parameters shared by every Tensil design (the same RTL on every board).
-# The two marked "fitted" come from systolix.perf.calibration (docs/latency-model.md): fitted on
+# The two marked "fitted" come from systolix.perf.fitting (docs/latency-model.md): fitted on
 # two of the six frame rates measured on a real ZCU104 (../shared/conformance/tensil/
 # resnet20_zcu104/expected.json) and checked on the other four. The others are physical.
 
@@ -72,7 +72,7 @@ class Board(BaseModel):
         return min(self.dram_bus_bits / 8 * port_clock, self.dram_peak_gbps * 1e3) / self.clock_mhz
 
     def with_parameters(self, **changes) -> "Board":
-        """A copy with some parameters changed (calibration and what-if runs)."""
+        """A copy with some parameters changed (the latency fit and what-if runs)."""
         return self.model_copy(update=changes)
 
     def with_architecture(self, architecture: Architecture) -> "Board":

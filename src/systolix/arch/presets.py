@@ -46,11 +46,11 @@ ARCHITECTURE_NOTES = {
 }
 
 
-# Boards for the seed's benchmark table and for the real ZCU104 measurements.
+# Boards for Tensil's published benchmark table and for the real ZCU104 measurements.
 # Arty A7-35: no Tensil .tarch exists. Its XC7A35T has 50 RAMB36 (1,800 Kib). Local memory
 # 4096 x 8 x 16 bit = 512 Kib and accumulators 1024 x 8 x 32 bit (accumulators are stored
 # wider) = 256 Kib leave room for the instruction and DMA FIFOs.
-# Pynq Z1 12x12: the seed's table uses 12x12, Tensil's pynqz1.tarch is 8x8. The XC7Z020 has
+# Pynq Z1 12x12: Tensil's published table uses 12x12, Tensil's pynqz1.tarch is 8x8. The XC7Z020 has
 # 140 RAMB36 (4.9 Mib): local 8192 x 12 x 16 bit = 1.5 Mib, accumulators 2048 x 12 x 32 bit
 # = 0.75 Mib, the same depths as pynqz1.tarch.
 _ARTY_A7_35 = _arch(8, 1048576, 1048576, 4096, 1024)
@@ -63,15 +63,15 @@ BOARDS: dict[str, Board] = {
         # by both ports; long bursts sustain about 80% of that, ~1.07 GB/s = 0.9 x the port's
         # 1.2 GB/s (a typical MIG figure, not measured here).
         dram_efficiency=0.9,
-        dram_peak_gbps=1.2, description="Digilent Arty A7-35 (XC7A35T), 8x8 at 150 MHz, the seed's table",
+        dram_peak_gbps=1.2, description="Digilent Arty A7-35 (XC7A35T), 8x8 at 150 MHz, as in Tensil's published benchmarks",
     ),
     "pynq-z1": Board(
         name="pynq-z1", architecture=_PYNQ_Z1_12, clock_mhz=150.0, dram_bus_bits=64,
-        dram_peak_gbps=1.2, description="PYNQ-Z1 (XC7Z020), 12x12 at 150 MHz, the seed's table",
+        dram_peak_gbps=1.2, description="PYNQ-Z1 (XC7Z020), 12x12 at 150 MHz, as in Tensil's published benchmarks",
     ),
     "ultra96-v2": Board(
         name="ultra96-v2", architecture=ARCHITECTURES["ultra96v2"], clock_mhz=300.0, dram_bus_bits=128,
-        dram_peak_gbps=4.8, description="Avnet Ultra96-V2 (ZU3EG), 16x16 at 300 MHz, the seed's table",
+        dram_peak_gbps=4.8, description="Avnet Ultra96-V2 (ZU3EG), 16x16 at 300 MHz, as in Tensil's published benchmarks",
     ),
     "zcu104": Board(
         name="zcu104", architecture=ARCHITECTURES["zcu104"], clock_mhz=100.0, dram_bus_bits=128,

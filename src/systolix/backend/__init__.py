@@ -1,5 +1,6 @@
-"""The backend: LIR to Tensil's files (``.tprog``, ``.tdata``, ``.tmodel``) and the listing."""
+"""The backend: bound LIR to Tensil's files (``.tprog``, ``.tdata``, ``.tmodel``) and the listing."""
 
-from systolix.backend.artifacts import Artifacts, build_artifacts, write_artifacts
+from systolix.backend.artifacts import Artifacts, build_artifacts, encode
+from systolix.backend.bind import bind_memories
 
-__all__ = ["Artifacts", "build_artifacts", "write_artifacts"]
+__all__ = ["Artifacts", "bind_memories", "build_artifacts", "encode"]

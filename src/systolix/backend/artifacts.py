@@ -1,4 +1,4 @@
-"""Encode a scheduled program and describe it in a ``.tmodel``; write the files atomically.
+"""Encode a program and describe it in a ``.tmodel``; write the files atomically.
 
 The ``.tmodel`` keeps Tensil's keys exactly (so Tensil's own driver can load a model that runs
 wholly on the accelerator) and adds the ``systolix`` key of ``docs/tmodel-extension.md``:
@@ -15,11 +15,9 @@ from pathlib import Path
 
 from systolix.arch import Architecture
 from systolix.artifacts import ConstsRef, ProgramRef, TensorSpan, TModel, pack_scalars, write_bytes_atomic
-from systolix.backend.encoder import encode_fast
+from systolix.backend.encoder import encode_lir, to_isa
+from systolix.ir.lir import LirProgram, TensorPlacement
 from systolix.isa import InstructionLayout
-from systolix.scheduler.codegen import LirProgram
-from systolix.scheduler.hir import Activation, HirProgram
-from systolix.scheduler.lowering import canonical_chw
 
 
 @dataclass
@@ -51,17 +49,18 @@ class Artifacts:
             raise
         return directory / self.tmodel_name
 
-
-def io_entry(name: str, shape: tuple[int, ...], act: Activation, perm: list[int] | None = None) -> dict:
-    if perm is None:
-        _, _, _, perm = canonical_chw(tuple(shape))
-    return {"name": name, "shape": [int(s) for s in shape], "layout": {"perm": perm, "padded_channels": act.G * act.N}}
+    def text(self) -> str:
+        return "\n".join(f"{name}: {len(data):,} bytes" for name, data in self.files.items()) + "\n"
 
 
-def build_artifacts(name: str, arch: Architecture, hir: HirProgram, lir: LirProgram, listing: bool = False) -> Artifacts:
-    """The ``.tprog``, ``.tdata``, ``.tmodel`` (and ``.tasm`` with ``listing``) of one program."""
+def io_entry(t: TensorPlacement) -> dict:
+    return {"name": t.name, "shape": list(t.shape), "layout": {"perm": t.perm, "padded_channels": t.padded_channels}}
+
+
+def build_artifacts(name: str, arch: Architecture, lir: LirProgram, listing: bool = False) -> Artifacts:
+    """The ``.tprog``, ``.tdata``, ``.tmodel`` (and ``.tasm`` with ``listing``) of one bound program."""
     layout = InstructionLayout.of(arch)
-    prog = encode_fast(lir.instructions, layout)
+    prog = encode_lir(lir.instructions, layout)
     tdata = pack_scalars(lir.consts.reshape(-1), arch.data_type)
     files: dict[str, bytes] = {}
     prog_name, data_name = f"{name}.tprog", f"{name}.tdata"
@@ -70,12 +69,10 @@ def build_artifacts(name: str, arch: Architecture, hir: HirProgram, lir: LirProg
     if lir.consts.shape[0]:
         files[data_name] = tdata
         consts.append(ConstsRef(file_name=data_name, base=0, size=int(lir.consts.shape[0])))
-    inputs = [TensorSpan(name=n, base=a.base, size=a.vectors) for n, a in hir.inputs.items()]
-    outputs = [TensorSpan(name=n, base=a.base, size=a.vectors) for n, a in hir.outputs.items()]
     extension = {
         "version": 1,
-        "inputs": [io_entry(n, hir.input_shapes[n], a, hir.perms.get(n)) for n, a in hir.inputs.items()],
-        "outputs": [io_entry(n, hir.output_shapes[n], a, hir.perms.get(n)) for n, a in hir.outputs.items()],
+        "inputs": [io_entry(t) for t in lir.inputs],
+        "outputs": [io_entry(t) for t in lir.outputs],
         "layers": [{"name": r.name, "ops": r.ops, "first": r.first, "end": r.end, "macs": r.macs} for r in lir.layers],
         "segments": None,
         "strategy": lir.strategy,
@@ -84,8 +81,8 @@ def build_artifacts(name: str, arch: Architecture, hir: HirProgram, lir: LirProg
         name=name,
         prog=ProgramRef(file_name=prog_name, size=len(prog)),
         consts=consts,
-        inputs=inputs,
-        outputs=outputs,
+        inputs=[TensorSpan(name=t.name, base=t.base, size=t.vectors) for t in lir.inputs],
+        outputs=[TensorSpan(name=t.name, base=t.base, size=t.vectors) for t in lir.outputs],
         arch=arch,
         load_consts_to_local=lir.load_consts_to_local,
         systolix=extension,
@@ -95,18 +92,22 @@ def build_artifacts(name: str, arch: Architecture, hir: HirProgram, lir: LirProg
         from systolix.isa.assembly import format_program
 
         header = f"{name}: {len(lir.instructions)} instructions for {arch.array_size}x{arch.array_size} {arch.data_type.name}"
-        text = format_program(lir.instructions, header)
+        text = format_program([to_isa(ins) for ins in lir.instructions], header)
         files[f"{name}.tasm"] = _annotate(text, lir).encode()
     return Artifacts(name, files)
+
+
+def encode(lir: LirProgram, ctx) -> Artifacts:
+    """The pass: the program's files, named after the segment."""
+    return build_artifacts(ctx.segment, ctx.arch, lir, ctx.listing)
 
 
 def _annotate(text: str, lir: LirProgram) -> str:
     """Mark where each layer starts in the listing."""
     starts = {r.first: r for r in lir.layers}
-    lines = text.splitlines()
     out = []
     index = 0
-    for line in lines:
+    for line in text.splitlines():
         if line.startswith("#"):
             out.append(line)
             continue
@@ -116,7 +117,3 @@ def _annotate(text: str, lir: LirProgram) -> str:
         out.append(line)
         index += 1
     return "\n".join(out) + "\n"
-
-
-def write_artifacts(artifacts: Artifacts, directory: str | Path) -> Path:
-    return artifacts.save(directory)

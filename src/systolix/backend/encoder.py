@@ -1,14 +1,61 @@
-"""Vectorised program encoding: the same bytes as ``systolix.isa.encode_program``, much faster.
+"""Encode bound LIR into Tensil's instruction bytes, vectorised.
 
-Fields are gathered into NumPy columns once and packed little-endian operand by operand. If a
-field does not fit, ``encode_program`` re-encodes the program to raise its precise error.
+Fields are gathered into NumPy columns once and packed little-endian operand by operand; a
+``Move``'s data flow comes from the memories of its two ends. If a field does not fit, the
+program is converted to ``systolix.isa`` instructions and ``encode_program`` re-encodes it to
+raise its precise error.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from systolix.isa import SIMD, DataMove, InstructionLayout, LoadWeights, MatMul, NoOp, encode_program
+from systolix.ir.lir import RAW_MASK, TAG_SHIFT, LoadWeights, MatMul, Memory, Move, Simd
+from systolix.isa import SIMD, DataFlow, DataMove, InstructionLayout, encode_program
+from systolix.isa import LoadWeights as IsaLoadWeights
+from systolix.isa import MatMul as IsaMatMul
+
+_Z, _L, _A, _D0, _D1 = (int(m) for m in (Memory.ZEROES, Memory.LOCAL, Memory.ACCUMULATORS, Memory.DRAM0, Memory.DRAM1))
+# (source memory, target memory, accumulate) -> (flow, local side is the source)
+FLOWS = {
+    (_D0, _L, False): (DataFlow.DRAM0_TO_LOCAL, False),
+    (_L, _D0, False): (DataFlow.LOCAL_TO_DRAM0, True),
+    (_D1, _L, False): (DataFlow.DRAM1_TO_LOCAL, False),
+    (_L, _D1, False): (DataFlow.LOCAL_TO_DRAM1, True),
+    (_A, _L, False): (DataFlow.ACC_TO_LOCAL, False),
+    (_L, _A, False): (DataFlow.LOCAL_TO_ACC, True),
+    (_L, _A, True): (DataFlow.LOCAL_TO_ACC_ACCUMULATE, True),
+}
+
+
+def _move_fields(ins: Move) -> tuple[int, int, int, int, int]:
+    """``(flow, local, local stride, far, far stride)`` of a bound Move."""
+    key = (ins.source >> TAG_SHIFT, ins.target >> TAG_SHIFT, ins.accumulate)
+    if key not in FLOWS:
+        raise ValueError(f"no data flow moves from {Memory(key[0]).name} to {Memory(key[1]).name}"
+                         + (" accumulating" if key[2] else "") + f": {ins!r}")
+    flow, local_is_source = FLOWS[key]
+    if local_is_source:
+        return int(flow), ins.source & RAW_MASK, ins.source_stride, ins.target & RAW_MASK, ins.target_stride
+    return int(flow), ins.target & RAW_MASK, ins.target_stride, ins.source & RAW_MASK, ins.source_stride
+
+
+def to_isa(ins):
+    """One bound LIR instruction as a ``systolix.isa`` instruction (listings, precise errors)."""
+    kind = type(ins)
+    if kind is MatMul:
+        return IsaMatMul(ins.local & RAW_MASK, ins.acc & RAW_MASK, ins.count - 1, ins.local_stride, ins.acc_stride, ins.accumulate,
+                         (ins.local >> TAG_SHIFT) == _Z)
+    if kind is Move:
+        flow, local, ls, far, fs = _move_fields(ins)
+        return DataMove(DataFlow(flow), local, far, ins.count - 1, ls, fs)
+    if kind is LoadWeights:
+        return IsaLoadWeights(ins.local & RAW_MASK, ins.count - 1, ins.stride, (ins.local >> TAG_SHIFT) == _Z)
+    if kind is Simd:
+        return SIMD(ins.op, ins.left, ins.right, ins.dest, write_address=0 if ins.write is None else ins.write & RAW_MASK,
+                    read_address=0 if ins.read is None else ins.read & RAW_MASK, read=ins.read is not None,
+                    write=ins.write is not None, accumulate=ins.accumulate)
+    raise TypeError(f"not a LIR instruction: {ins!r}")
 
 
 def _log2(values: np.ndarray) -> np.ndarray:
@@ -19,30 +66,31 @@ def _log2(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def encode_fast(instructions: list, layout: InstructionLayout) -> bytes:
-    """Encode a program of MatMul/DataMove/LoadWeights/SIMD/NoOp instructions."""
+def encode_lir(instructions: list, layout: InstructionLayout) -> bytes:
+    """Encode a bound LIR program."""
     n = len(instructions)
     if n == 0:
         return b""
-    cols = np.zeros((n, 8), dtype=np.int64)  # opcode, flags, a0, s0, a1, s1, op2, stride ok
     r = layout.simd_operand_bits
     rows = []
     for ins in instructions:
         t = type(ins)
         if t is MatMul:
-            rows.append((1, int(ins.accumulate) | int(ins.zeroes) << 1, ins.local_address, ins.local_stride, ins.acc_address, ins.acc_stride, ins.size))
-        elif t is DataMove:
-            rows.append((2, int(ins.flow), ins.local_address, ins.local_stride, ins.address, ins.stride, ins.size))
-        elif t is SIMD:
+            zeroes = (ins.local >> TAG_SHIFT) == _Z
+            rows.append((1, int(ins.accumulate) | int(zeroes) << 1, ins.local & RAW_MASK, ins.local_stride, ins.acc & RAW_MASK,
+                         ins.acc_stride, ins.count - 1))
+        elif t is Move:
+            flow, local, ls, far, fs = _move_fields(ins)
+            rows.append((2, flow, local, ls, far, fs, ins.count - 1))
+        elif t is Simd:
             sub = int(ins.op) << (3 * r) | ins.left << (2 * r) | ins.right << r | ins.dest
-            flags = int(ins.read) | int(ins.write) << 1 | int(ins.accumulate) << 2
-            rows.append((4, flags, ins.write_address, 0, ins.read_address, 0, sub))
+            read, write = ins.read is not None, ins.write is not None
+            flags = int(read) | int(write) << 1 | int(ins.accumulate) << 2
+            rows.append((4, flags, ins.write & RAW_MASK if write else 0, 0, ins.read & RAW_MASK if read else 0, 0, sub))
         elif t is LoadWeights:
-            rows.append((3, int(ins.zeroes), ins.local_address, ins.local_stride, ins.size, 0, 0))
-        elif t is NoOp:
-            rows.append((0, 0, 0, 0, 0, 0, 0))
-        else:  # Configure, LoadLUT: rare, the reference encoder handles them
-            return encode_program(instructions, layout)
+            rows.append((3, int((ins.local >> TAG_SHIFT) == _Z), ins.local & RAW_MASK, ins.stride, ins.count - 1, 0, 0))
+        else:
+            raise TypeError(f"not a LIR instruction: {ins!r}")
     cols = np.array(rows, dtype=np.int64)
     op, flags, a0, s0, a1, s1, o2 = cols.T
     strided = (op == 1) | (op == 2) | (op == 3)
@@ -56,7 +104,7 @@ def encode_fast(instructions: list, layout: InstructionLayout) -> bytes:
         | (((op == 1) | (op == 2)) & ((s1 < 1) | (s1 & (s1 - 1) != 0) | (s1_log >= 1 << layout.stride1_bits)))
     )
     if bad.any():
-        return encode_program(instructions, layout)  # raises with the instruction's index
+        return encode_program([to_isa(ins) for ins in instructions], layout)  # raises with the instruction's index
     operand0 = (s0_log << layout.operand0_address_bits) | a0
     operand1 = np.where(op == 3, a1, (s1_log << layout.operand1_address_bits) | a1)
     operand2 = np.where(op == 3, 0, o2)

@@ -107,9 +107,13 @@ def compile_command(
     no_split: bool = typer.Option(False, "--no-split",
                                   help="Fail when the constants exceed DRAM1 instead of cutting the model into programs run in a row."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the path of the written .tmodel."),
+    dump_ir: Path = typer.Option(None, "--dump-ir",
+                                 help="Write the graph, HIR, plan and LIR after every pass into this directory, as text "
+                                      "(one folder per accelerator program)."),
 ) -> None:
     """Compile an ONNX model for a Tensil-compatible accelerator and print a compile summary."""
     from systolix.compiler import compile_model
+    from systolix.errors import SystolixError
     from systolix.frontend import FrontendError
 
     from systolix.cli.common import check_output_dir, require_file
@@ -120,6 +124,8 @@ def compile_command(
     check_output_dir(output, "compiled files")
     if calibrate is not None:
         require_file(calibrate, "calibration file (.npz)")
+    if dump_ir is not None:
+        check_output_dir(dump_ir, "IR dumps (--dump-ir)")
     architecture = resolve_arch(arch)
     progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                         TimeElapsedColumn(), console=err_console, transient=True,
@@ -132,7 +138,7 @@ def compile_command(
             progress.update(task, description=f"{what} ({unit})", completed=done, total=total)
 
         compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_step,
-                                 calibration=calibrate, split=not no_split)
+                                 calibration=calibrate, split=not no_split, dump_ir=dump_ir)
     path = compiled.save(output)
     if quiet:
         console.print(str(path))
@@ -141,3 +147,5 @@ def compile_command(
         console.print(table)
     written = sorted(output / f for f in compiled.artifacts)
     console.print("wrote " + ", ".join(str(p) for p in written))
+    if dump_ir is not None:
+        console.print(f"wrote the IR after every pass into {dump_ir}/")

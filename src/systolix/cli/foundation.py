@@ -121,7 +121,7 @@ def info(model: Path = typer.Argument(..., help="A .tmodel manifest.")) -> None:
     """Print a model's manifest, program size and instruction mix."""
     from systolix.artifacts import TModel
     from systolix.isa import OPCODE_NAMES, InstructionLayout, Opcode, decode_program
-    from systolix.isa.assembly import _FLOW_ENDS
+    from systolix.isa.assembly import FLOW_ENDS
 
     from systolix.artifacts.files import read_member
 
@@ -165,7 +165,7 @@ def info(model: Path = typer.Argument(..., help="A .tmodel manifest.")) -> None:
         mix.add_row(name, f"{count:,}", f"{100 * count / total:.1f}%")
         if name == OPCODE_NAMES[Opcode.DATAMOVE]:
             for flow, n in prog.datamove_counts().items():
-                src, dst = _FLOW_ENDS[flow]
+                src, dst = FLOW_ENDS[flow]
                 label = f"  {src} -> {dst}" + (" (accumulate)" if flow == 15 else "")
                 mix.add_row(label, f"{n:,}", f"{100 * n / total:.1f}%")
     mix.add_row("total", f"{len(prog):,}", "100.0%", style="bold")

@@ -149,12 +149,13 @@ def profile(
     from systolix.arch import get_board
     from systolix.isa.instructions import ConfigRegister, Configure
     from systolix.perf import estimate as run_estimate
-    from systolix.perf.profile import write_report, write_trace
+    from systolix.perf.profile import require_matplotlib, write_report, write_trace
     from systolix.perf.samples import sample_times, sample_words, write_samples
 
     from systolix.cli.common import check_output_dir
 
     check_output_dir(output, "trace and report")
+    require_matplotlib()  # before anything is written
     tmodel, program = _load(model)
     layer_map = (tmodel.systolix or {}).get("layers") or None
     if layer_map:
@@ -221,7 +222,7 @@ def bench(
     no_zcu104: bool = typer.Option(False, "--no-zcu104", help="Skip table 2 (Tensil's ZCU104 programs and ours)."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the tables as Markdown (for the README)."),
 ) -> None:
-    """Benchmark tables: the seed's models on the seed's boards, and Tensil's ZCU104 programs against ours."""
+    """Benchmark tables: the models and boards of Tensil's published benchmarks, and Tensil's ZCU104 programs against ours."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from systolix.arch import get_board
@@ -263,16 +264,16 @@ def bench(
         return
     stamp = f"{meta['date']}, commit {meta['commit']}"
     if rows1 is not None:
-        _show(f"Benchmark models (random weights), our compile under the calibrated model ({stamp})",
+        _show(f"Benchmark models (random weights), our compile under the fitted latency model ({stamp})",
               _models_cells(rows1), markdown, MODELS_CAPTION)
     if rows2 is not None:
-        _show(f"ResNet-20 v2 on a ZCU104 at 100 MHz: Tensil's programs and our compile under the same calibrated "
-              f"model ({stamp})", _zcu104_cells(rows2), markdown)
+        _show(f"ResNet-20 v2 on a ZCU104 at 100 MHz: Tensil's programs and our compile under the same fitted "
+              f"latency model ({stamp})", _zcu104_cells(rows2), markdown)
 
 
 def _models_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
     """Table 1 as header, string rows and footnotes (why a row did not compile)."""
-    header = ["model", "board", "array", "MHz", "our ms", "our fps", "seed ms", "seed fps", "compute bound ms",
+    header = ["model", "board", "array", "MHz", "our ms", "our fps", "published ms", "published fps", "compute bound ms",
               "share of bound", "bound by"]
     cells, notes = [], []
     for r in rows:
@@ -284,12 +285,12 @@ def _models_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
             notes.append(f"constants past DRAM1: {r['programs']} programs in a row, each with its own DRAM1 buffer")
             board += f" [{len(notes)}]"
         head = [r["title"], board, f"{r['array_size']}x{r['array_size']}", f"{r['clock_mhz']:g}"]
-        seed = [_ms(r["seed_latency_ms"]), _fps(r["seed_fps"])]
+        published = [_ms(r["published_latency_ms"]), _fps(r["published_fps"])]
         if r["error"]:
             notes.append(r["error"])
-            cells.append(head + ["-", "-"] + seed + ["-", "-", f"not compiled [{len(notes)}]"])
+            cells.append(head + ["-", "-"] + published + ["-", "-", f"not compiled [{len(notes)}]"])
         else:
-            cells.append(head + [_ms(r["latency_ms"]), _fps(r["fps"])] + seed
+            cells.append(head + [_ms(r["latency_ms"]), _fps(r["fps"])] + published
                          + [_ms(r["compute_bound_ms"]), f"{r['share_of_bound']:.1%}", r["bound"]])
     return header, cells, notes
 

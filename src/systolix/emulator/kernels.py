@@ -28,7 +28,7 @@ SAT_ALU = 2  # a SIMD ALU result (Add, Subtract, Multiply, Increment, Decrement,
 SAT_SIMD_WRITE = 3  # a SIMD result accumulated into the accumulators
 SAT_KINDS = ("array", "accumulate", "alu", "simd_accumulate")
 
-# Configuration register numbers (seed section 3.3).
+# Configuration register numbers (Tensil's TCU).
 REG_TRACEPOINT = 0x9
 REG_PROGRAM_COUNTER = 0xA
 PC_MASK = 0xFFFFFFFF

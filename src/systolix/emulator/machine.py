@@ -133,7 +133,7 @@ class SpanMemory:
         return out[(batch, slice(None)) + rest]
 
 
-# Reset values of the configuration registers (seed section 3.3).
+# Reset values of the configuration registers (Tensil's TCU).
 CONFIG_DEFAULTS = {ConfigRegister.TIMEOUT: 0x64, ConfigRegister.TRACEPOINT: 0xFFFFFFFF}
 # Fixed-point types up to this width take the int32 MatMul (exact up to 16 bits).
 NARROW_MATMUL_MAX_WIDTH = 16

@@ -38,7 +38,8 @@ from systolix.isa.instructions import (
     SimdOp,
 )
 
-_FLOW_ENDS = {
+# Each data flow's source and destination, as the assembly text names them (the CLI reads it too).
+FLOW_ENDS = {
     DataFlow.DRAM0_TO_LOCAL: ("dram0", "local"),
     DataFlow.LOCAL_TO_DRAM0: ("local", "dram0"),
     DataFlow.DRAM1_TO_LOCAL: ("dram1", "local"),
@@ -76,7 +77,7 @@ def format_instruction(instr: Instruction) -> str:
         return line("MatMul", f"{_mem('local', instr.local_address, instr.local_stride)} -> "
                     f"{_mem('acc', instr.acc_address, instr.acc_stride)} size={instr.size} {flags}")
     if isinstance(instr, DataMove):
-        src, dst = _FLOW_ENDS[DataFlow(instr.flow)]
+        src, dst = FLOW_ENDS[DataFlow(instr.flow)]
         far = (instr.address, instr.stride)
         near = (instr.local_address, instr.local_stride)
         a = _mem(src, *(near if src == "local" else far))
@@ -196,7 +197,7 @@ def parse_instruction(text: str, where: str = "line") -> Instruction:
             (src, dst), rest = _mem_and_rest(body, where, 2)
             values, flags = _split_kv_flags(rest, where, {"size"}, {"accumulate"})
             pair = (src[0], dst[0])
-            matches = [f for f, ends in _FLOW_ENDS.items() if ends == pair]
+            matches = [f for f, ends in FLOW_ENDS.items() if ends == pair]
             if not matches:
                 raise AssemblyError(f"{where}: DataMove cannot go {src[0]} -> {dst[0]} (one side must be local)")
             flow = matches[0]

@@ -93,7 +93,7 @@ SIMD_OP_NAMES = {
 
 
 class ConfigRegister(IntEnum):
-    """Configuration registers (seed section 3.3)."""
+    """Configuration registers of Tensil's TCU (``Configure`` sets them)."""
 
     DRAM0_OFFSET = 0x0
     DRAM0_CACHE = 0x1

@@ -1,4 +1,4 @@
-"""Test and benchmark models, built from code with random (calibrated) or trained weights.
+"""Test and benchmark models, built from code with random (unit-scaled) or trained weights.
 
 ``build(name, **options)`` returns an ``onnx.ModelProto``; ``MODELS`` maps each name to its
 :class:`ModelSpec` (builder, one-line description, family, opsets). Every builder is
@@ -6,7 +6,7 @@ deterministic: the same name and options give the same bytes. ``example_inputs(m
 gives inputs of the model's own shapes (image-like for images).
 
 Families:
-  * ``benchmark``: ``resnet20v2``, ``resnet50v2``, ``yolov4_tiny`` (the seed's three benchmarks);
+  * ``benchmark``: ``resnet20v2``, ``resnet50v2``, ``yolov4_tiny`` (the three models of Tensil's published benchmarks);
   * ``network``: ``mobilenetv2_block``, ``mlp``, ``digits_cnn`` (trained on scikit-learn's digits);
   * ``ops`` / ``host`` / ``cnn``: the op catalogue of :mod:`systolix.models.ops`;
   * ``bad``: valid ONNX the compiler must refuse (weights that are model inputs).
@@ -58,8 +58,8 @@ def _digits(opset: int = DEFAULT_OPSET, epochs: int = 40, seed: int = 0, cache: 
 
 
 def _case_builder(name: str) -> Callable[..., onnx.ModelProto]:
-    def builder(opset: int | None = None, seed: int | None = None, calibrate: bool = True) -> onnx.ModelProto:
-        return build_case(name, opset=opset, seed=seed, calibrate=calibrate)
+    def builder(opset: int | None = None, seed: int | None = None, unit_scale: bool = True) -> onnx.ModelProto:
+        return build_case(name, opset=opset, seed=seed, unit_scale=unit_scale)
     builder.__doc__ = CASES[name].description
     return builder
 

@@ -172,7 +172,7 @@ class GraphBuilder:
     def bn(self, x: str, epsilon: float = 1e-3, name: str | None = None, gamma=None,
            beta_std: float = 0.2) -> str:
         """BatchNormalization with random scale/shift; mean and variance are placeholders until
-        :func:`systolix.models.calibration.calibrate_batchnorms` sets them from data."""
+        :func:`systolix.models.unit_scale.fit_batchnorms` sets them from data."""
         c = self.ch(x)
         hint = name or "bn"
         params = [self.const(f"{hint}_gamma", self.uniform((c,), *(gamma or self.bn_gamma))),
@@ -399,7 +399,7 @@ def _static(vi: onnx.ValueInfoProto) -> bool:
 def _shapes_from_onnxruntime(model: onnx.ModelProto) -> None:
     """Output shapes that onnx's inference cannot see through (a Reshape whose target comes from a
     Slice of a Constant...) are taken from one onnxruntime run on example inputs."""
-    from systolix.models.calibration import session
+    from systolix.models.unit_scale import session
     from systolix.models.inputs import example_inputs
 
     probe = onnx.ModelProto()

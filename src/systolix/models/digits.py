@@ -48,13 +48,16 @@ class DigitsCNN:
     heldout_accuracy: float
 
 
+NEEDS_ZOO = "the digits model trains on scikit-learn's digits: pip install 'systolix[zoo]' (./dev installs it)"
+
+
 def digits_split() -> DigitsSplit:
     """scikit-learn's digits, split 80/20 (stratified, seed 0); the same split every call."""
     try:
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split
     except ImportError as e:  # scikit-learn is the data source; without it there is no model
-        raise ModelBuildError("the digits model needs scikit-learn (pip install scikit-learn)") from e
+        raise ModelBuildError(NEEDS_ZOO) from e
     data = load_digits()
     x = (data.images / 16.0).astype(np.float32)[:, None, :, :]
     y = data.target.astype(np.int64)
@@ -192,8 +195,10 @@ def _cache_dir() -> Path:
 def build_digits_cnn(opset: int = DEFAULT_OPSET, epochs: int = 40, seed: int = 0, cache: bool = True) -> DigitsCNN:
     """Train (or load from the user cache) the digits CNN; returns the ONNX model and the held-out
     split. The cache key hashes this module's source and the options, so a change retrains."""
-    import sklearn
-
+    try:
+        import sklearn
+    except ImportError as e:
+        raise ModelBuildError(NEEDS_ZOO) from e
     key_src = inspect.getsource(inspect.getmodule(build_digits_cnn)) + repr((epochs, seed, sklearn.__version__))
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
     path = _cache_dir() / f"digits_cnn-{key}.npz"

@@ -89,7 +89,7 @@ def example_input_set(model: onnx.ModelProto, count: int, seed: int = 0,
     draw their inputs this way with ``min_margin`` set to twice the bound on the scores' error."""
     if min_margin is None:
         return [example_inputs(model, seed * 100003 + i) for i in range(count)]
-    from systolix.models.calibration import session
+    from systolix.models.unit_scale import session
 
     sess = session(model)
     chosen: list[dict[str, np.ndarray]] = []

@@ -9,7 +9,7 @@ from systolix.models._graph import DEFAULT_OPSET, GraphBuilder
 
 
 def mlp(opset: int = DEFAULT_OPSET, seed: int = 1, sizes: tuple[int, ...] = (37, 61, 29, 10),
-        calibrate: bool = True) -> onnx.ModelProto:
+        unit_scale: bool = True) -> onnx.ModelProto:
     """Gemm(transB=1)-Relu layers ``sizes[0] -> ... -> sizes[-1]`` (37 -> 61 -> 29 -> 10 by default)."""
     b = GraphBuilder("mlp", opset, seed)
     x = b.input("x", [1, sizes[0]], layout="NC")
@@ -18,4 +18,4 @@ def mlp(opset: int = DEFAULT_OPSET, seed: int = 1, sizes: tuple[int, ...] = (37,
     head = f"dense_{len(sizes) - 2}"
     b.output(b.gemm(x, sizes[-1], gain=1.0, name=head), "logits")
     return finish(b, f"MLP {' -> '.join(map(str, sizes))} with Relu, random He weights", kind="classifier",
-                  head=head, calibrate=calibrate)
+                  head=head, unit_scale=unit_scale)

@@ -18,7 +18,7 @@ BLOCKS = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 2, 2)]
 
 
 def mobilenetv2_block(opset: int = DEFAULT_OPSET, seed: int = 2, input_size: int = 96, num_classes: int = 10,
-                      calibrate: bool = True) -> onnx.ModelProto:
+                      unit_scale: bool = True) -> onnx.ModelProto:
     """MobileNetV2's stem and 5 inverted-residual blocks at ``input_size`` (a multiple of 16), 10 classes."""
     if input_size % 16:
         raise ModelBuildError(f"mobilenetv2_block: input_size must be a multiple of 16, not {input_size}")
@@ -50,4 +50,4 @@ def mobilenetv2_block(opset: int = DEFAULT_OPSET, seed: int = 2, input_size: int
     logits = b.gemm(x, num_classes, gain=1.0, name="predictions")
     b.output(logits, "logits")
     return finish(b, "MobileNetV2-style stack (inverted residuals, depthwise 3x3, ReLU6), random weights "
-                  "calibrated on image-like inputs", kind="classifier", head="predictions", calibrate=calibrate)
+                  "calibrated on image-like inputs", kind="classifier", head="predictions", unit_scale=unit_scale)

@@ -5,7 +5,7 @@ between accelerator layers), ``cnn/<name>`` (small networks mixing many ops) and
 (valid ONNX a weight-stationary accelerator cannot run: weights that are not constants). Channel counts are
 deliberately odd (3, 5, 17, 33) and inputs non-square, so that nothing lines up with an 8, 16 or 32
 array by accident. Each entry is a function that draws its graph on a :class:`GraphBuilder`; models
-with BatchNormalization are calibrated like the big ones.
+with BatchNormalization are brought to unit scale like the big ones.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def case(name: str, description: str, default_opset: int = 13, min_opset: int = 
     return register
 
 
-def build_case(name: str, opset: int | None = None, seed: int | None = None, calibrate: bool = True) -> onnx.ModelProto:
+def build_case(name: str, opset: int | None = None, seed: int | None = None, unit_scale: bool = True) -> onnx.ModelProto:
     """Build catalogue entry ``name`` at ``opset`` (its default when None)."""
     entry = CASES[name]
     opset = entry.default_opset if opset is None else opset
@@ -52,7 +52,7 @@ def build_case(name: str, opset: int | None = None, seed: int | None = None, cal
     b = GraphBuilder(name, opset, zlib.crc32(name.encode()) if seed is None else seed)
     head = entry.draw(b)
     kind = "classifier" if head else "tensor"
-    return finish(b, entry.description, kind=kind, head=head, calibrate=calibrate)
+    return finish(b, entry.description, kind=kind, head=head, unit_scale=unit_scale)
 
 
 def _x(b: GraphBuilder, c: int, h: int, w: int, name: str = "x") -> str:

@@ -5,7 +5,7 @@ Both follow Keras: ``resnet20v2`` is the ``resnet_v2(depth=20)`` of Keras' CIFAR
 first unit), the model Tensil benchmarks and ships compiled for the ZCU104; ``resnet50v2`` is
 ``keras.applications.ResNet50V2`` (stride in the last block of each stack, 1x1 max-pool
 shortcuts, zero padding then max pool in the stem). Weights are random (He normal) and batch norms
-are calibrated on image-like inputs; see :mod:`systolix.models.calibration`.
+are set on image-like inputs; see :mod:`systolix.models.unit_scale`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _bn_relu(b: GraphBuilder, x: str, name: str, epsilon: float) -> str:
 
 
 def resnet20v2(opset: int = DEFAULT_OPSET, seed: int = 20, input_layout: str = "NCHW", num_classes: int = 10,
-               calibrate: bool = True, softmax: bool = False) -> onnx.ModelProto:
+               unit_scale: bool = True, softmax: bool = False) -> onnx.ModelProto:
     """Keras' ResNet v2 of depth 20 for 32x32x3 CIFAR-10 images; output: the 10 logits
     (``softmax=True`` appends Keras' Softmax, which runs on the host)."""
     b = GraphBuilder("resnet20v2", opset, seed)
@@ -94,11 +94,11 @@ def resnet20v2(opset: int = DEFAULT_OPSET, seed: int = 20, input_layout: str = "
         logits = b.unary("Softmax", logits, name="softmax", axis=1)
     b.output(logits, "Identity:0")
     return finish(b, "ResNet-20 v2 (Keras CIFAR-10 example), random weights calibrated on image-like inputs",
-                  kind="classifier", head="dense" if not softmax else None, calibrate=calibrate)
+                  kind="classifier", head="dense" if not softmax else None, unit_scale=unit_scale)
 
 
 def resnet50v2(opset: int = DEFAULT_OPSET, seed: int = 50, input_layout: str = "NCHW", input_size: int = 224,
-               num_classes: int = 1000, calibrate: bool = True, calibration_count: int = 16,
+               num_classes: int = 1000, unit_scale: bool = True, scaling_samples: int = 16,
                branch_scale: float = 0.5) -> onnx.ModelProto:
     """``keras.applications.ResNet50V2`` at ``input_size`` (224 for ImageNet); output: the logits.
 
@@ -144,4 +144,4 @@ def resnet50v2(opset: int = DEFAULT_OPSET, seed: int = 50, input_layout: str = "
     logits = b.gemm(x, num_classes, gain=1.0, name="predictions")
     b.output(logits, "predictions")
     return finish(b, "ResNet-50 v2 (keras.applications.ResNet50V2), random weights calibrated on image-like inputs",
-                  kind="classifier", head="predictions", calibrate=calibrate, calibration_count=calibration_count)
+                  kind="classifier", head="predictions", unit_scale=unit_scale, scaling_samples=scaling_samples)

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from systolix.models.calibration import _elem_types
+from systolix.models.unit_scale import elem_types
 from systolix.numerics import DataType, from_fixed, to_fixed
 
 # Ops whose float outputs are constants or copies: rounding them again changes nothing an
@@ -33,7 +33,7 @@ def with_rounded_tensors(model: onnx.ModelProto, dtype: DataType = DataType.FP16
     rounded = onnx.ModelProto()
     rounded.CopyFrom(model)
     graph = rounded.graph
-    types = _elem_types(model)
+    types = elem_types(model)
     outputs = {o.name for o in graph.output}
     readers: dict[str, set[str]] = {}
     for node in model.graph.node:

@@ -51,7 +51,7 @@ def _shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     wanted += [t for n in model.graph.node if n.op_type in ("Conv", "Gemm", "MatMul") for t in n.input[:2]]
     missing = list(dict.fromkeys(t for t in wanted if t and t not in shapes))
     if missing:
-        from systolix.models.calibration import run_with_tensors
+        from systolix.models.unit_scale import run_with_tensors
         from systolix.models.inputs import example_inputs
 
         for name, value in zip(missing, run_with_tensors(model, missing, example_inputs(model)), strict=True):

@@ -15,7 +15,7 @@ from systolix.models._graph import DEFAULT_OPSET, GraphBuilder, ModelBuildError
 
 
 def yolov4_tiny(opset: int = DEFAULT_OPSET, seed: int = 4, input_size: int = 192, num_classes: int = 80,
-                calibrate: bool = True) -> onnx.ModelProto:
+                unit_scale: bool = True) -> onnx.ModelProto:
     """YOLOv4-tiny backbone and neck at ``input_size`` (a multiple of 32); outputs
     ``model/conv2d_17/BiasAdd:0`` and ``model/conv2d_20/BiasAdd:0`` as tf2onnx names them."""
     if input_size % 32:
@@ -77,4 +77,4 @@ def yolov4_tiny(opset: int = DEFAULT_OPSET, seed: int = 4, input_size: int = 192
     b.output(conv_lbbox, "model/conv2d_17/BiasAdd:0")
     b.output(conv_mbbox, "model/conv2d_20/BiasAdd:0")
     return finish(b, f"YOLOv4-tiny at {input_size}x{input_size} up to its two head convolutions, random weights "
-                  "calibrated on image-like inputs", kind="detector", calibrate=calibrate)
+                  "calibrated on image-like inputs", kind="detector", unit_scale=unit_scale)

@@ -1,9 +1,9 @@
-"""The latency model: a timing simulator of the Tensor Compute Unit, calibrated on a real ZCU104.
+"""The latency model: a timing simulator of the Tensor Compute Unit, fitted to a real ZCU104.
 
 ``estimate(program_or_tmodel, board)`` gives cycles, latency, frame rate, unit shares, what
 bounds the run and (with a layer map) per-layer times (``estimate_partitioned`` for a model
 split between accelerator and host); ``systolix.perf.profile`` writes a
-Chrome trace and an HTML report; ``systolix.perf.calibration`` fits and checks the model.
+Chrome trace and an HTML report; ``systolix.perf.fitting`` fits and checks the model.
 See ``docs/latency-model.md``.
 """
 

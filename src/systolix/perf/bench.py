@@ -1,11 +1,11 @@
 """The benchmark tables of ``systolix bench``, one function per table.
 
-Table 1 (``models_table``) compiles the seed's three benchmark models (random weights, from
-``systolix.models``) for the three boards of the seed's benchmark table and puts our
-calibrated latency next to the figures the seed publishes. Table 2 (``zcu104_table``) puts
+Table 1 (``models_table``) compiles the three models of Tensil's published benchmark table
+(random weights, from ``systolix.models``) for its three boards and puts our predicted latency
+next to the published figures. Table 2 (``zcu104_table``) puts
 Tensil's real ZCU104 ResNet-20 programs, our own compile of ResNet-20 v2 for the same
 architectures and strategies, and the frame rates measured on the board side by side, all
-under the same calibrated model. ``tensil_programs_table`` is the calibration table alone.
+under the same fitted latency model. ``tensil_programs_table`` is the prediction table alone.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from typing import Any, Callable
 
 from systolix.arch import get_board
 from systolix.errors import SystolixError
-from systolix.perf.calibration import calibration_table
+from systolix.perf.fitting import prediction_table
 from systolix.perf.estimate import Estimate, estimate, estimate_partitioned
 
-# The seed's benchmark table (seed 000, section 1, "Benchmarks"): Tensil's published latency
+# Tensil's published benchmark table: its latency
 # (ms) and frame rate per board. They come from Tensil's serial latency model, not from
-# hardware (``../shared/notes/tensil-formats.md``). The seed's headings are lost; the three
+# hardware (``../shared/notes/tensil-formats.md``). The table's headings are lost; the three
 # tables are, in order, ResNet-20 v2 (CIFAR), YOLOv4-tiny (labelled "ImageNet") and
 # ResNet-50 v2 (ImageNet): ResNet-50 is the heaviest (3.5 GMAC against 0.74 for YOLOv4-tiny
 # at 192), so it is the slowest table.
-SEED_FIGURES: dict[str, dict[str, tuple[float, float]]] = {
+PUBLISHED_FIGURES: dict[str, dict[str, tuple[float, float]]] = {
     "resnet20v2": {"arty-a7-35": (21, 48), "pynq-z1": (14, 71), "ultra96-v2": (4, 250)},
     "yolov4_tiny": {"arty-a7-35": (175, 5.7), "pynq-z1": (112, 8.9), "ultra96-v2": (36, 28)},
     "resnet50v2": {"arty-a7-35": (1969, 0.5), "pynq-z1": (833, 1.2), "ultra96-v2": (260, 3.8)},
@@ -38,7 +38,7 @@ BENCH_MODELS = ("resnet20v2", "resnet50v2", "yolov4_tiny")
 BENCH_BOARDS = ("arty-a7-35", "pynq-z1", "ultra96-v2")
 MODEL_TITLES = {"resnet20v2": "ResNet-20 v2", "resnet50v2": "ResNet-50 v2", "yolov4_tiny": "YOLOv4-tiny"}
 MODELS_CAPTION = ("ResNet-20 v2: CIFAR-10, 32x32x3; ResNet-50 v2: ImageNet, 224x224x3; YOLOv4-tiny: 192x192x3 up to "
-                  "its two heads. Random weights; compiled with strategy local-isolated; seed = the seed's published "
+                  "its two heads. Random weights; compiled with strategy local-isolated; published = Tensil's published "
                   "figures (Tensil's serial model); compute bound = useful MACs / N^2 / clock.")
 
 # Table 2's configurations: (architecture, strategy, board, Tensil's program directory or
@@ -82,7 +82,7 @@ def provenance() -> dict[str, str]:
 def tensil_programs_table(resnet20_dir: Path | None = None) -> list[dict[str, Any]]:
     """Tensil's five ResNet-20 programs (and the 512-bit run): predicted against measured."""
     rows = []
-    for r in calibration_table(resnet20_dir):
+    for r in prediction_table(resnet20_dir):
         e = r.estimate
         rows.append({
             "program": f"Tensil {r.point.directory}/",
@@ -167,7 +167,7 @@ def _estimate_fields(e: Estimate) -> dict[str, Any]:
 
 def models_table(models: tuple[str, ...] = BENCH_MODELS, boards: tuple[str, ...] = BENCH_BOARDS,
                  progress: Progress | None = None) -> list[dict[str, Any]]:
-    """Table 1: each benchmark model compiled for each board, against the seed's figures."""
+    """Table 1: each benchmark model compiled for each board, against Tensil's published figures."""
     from systolix.models import build_cached
 
     rows = []
@@ -176,12 +176,12 @@ def models_table(models: tuple[str, ...] = BENCH_MODELS, boards: tuple[str, ...]
         for board_name in boards:
             board = get_board(board_name)
             n = board.architecture.array_size
-            seed_ms, seed_fps = SEED_FIGURES.get(name, {}).get(board_name, (None, None))
+            published_ms, published_fps = PUBLISHED_FIGURES.get(name, {}).get(board_name, (None, None))
             r = compile_and_estimate(onnx_model, board.architecture, board_name, progress=progress,
                                      label=f"{name} on {board_name}")
             row: dict[str, Any] = {
                 "model": name, "title": MODEL_TITLES.get(name, name), "board": board_name, "array_size": n,
-                "clock_mhz": board.clock_mhz, "seed_latency_ms": seed_ms, "seed_fps": seed_fps, "variant": None,
+                "clock_mhz": board.clock_mhz, "published_latency_ms": published_ms, "published_fps": published_fps, "variant": None,
                 "compile_seconds": round(r.compile_seconds, 2), "error": r.error, "programs": r.programs,
             }
             if r.estimate is not None:
@@ -209,12 +209,12 @@ def _with_larger_dram(onnx_model, name: str, board_name: str, progress: Progress
     arch = board.architecture.model_copy(update={"dram0_depth": LARGER_DRAM_DEPTH, "dram1_depth": LARGER_DRAM_DEPTH})
     board = board.with_architecture(arch)
     n = arch.array_size
-    seed_ms, seed_fps = SEED_FIGURES.get(name, {}).get(board_name, (None, None))
+    published_ms, published_fps = PUBLISHED_FIGURES.get(name, {}).get(board_name, (None, None))
     r = compile_and_estimate(onnx_model, arch, board_name, progress=progress,
                              label=f"{name} on {board_name} (larger DRAM)")
     row: dict[str, Any] = {
         "model": name, "title": MODEL_TITLES.get(name, name), "board": board_name, "array_size": n,
-        "clock_mhz": board.clock_mhz, "seed_latency_ms": seed_ms, "seed_fps": seed_fps,
+        "clock_mhz": board.clock_mhz, "published_latency_ms": published_ms, "published_fps": published_fps,
         "variant": f"DRAM0 and DRAM1 depths raised to {LARGER_DRAM_DEPTH:,} vectors",
         "compile_seconds": round(r.compile_seconds, 2), "error": r.error, "programs": r.programs,
     }
@@ -228,7 +228,7 @@ def _with_larger_dram(onnx_model, name: str, board_name: str, progress: Progress
 
 def zcu104_table(resnet20_dir: Path | None = None, progress: Progress | None = None) -> list[dict[str, Any]]:
     """Table 2: Tensil's ZCU104 ResNet-20 programs and our compile of ResNet-20 v2 for the same
-    architecture and strategy, under the same calibrated model, with the measured frame rate."""
+    architecture and strategy, under the same fitted latency model, with the measured frame rate."""
     from systolix.arch import get_architecture
     from systolix.models import build_cached
 

@@ -228,7 +228,7 @@ def infer_stages(program: DecodedProgram) -> list[dict]:
     """Stages of a program without a layer map (Tensil's own compiles).
 
     Tensil's scheduler ends every stage by moving results out of the accumulators
-    (DataMove acc->local, seed section 2.6) and no two stages share weights or accumulators,
+    (DataMove acc->local) and no two stages share weights or accumulators,
     so a stage starts at the first instruction after a run of such moves (and of the
     DRAM saves that follow them) that touches anything else.
     """

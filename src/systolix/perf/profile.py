@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from systolix.artifacts import write_text_atomic
+from systolix.errors import SystolixError
 from systolix.isa.codec import DecodedProgram
 from systolix.perf.estimate import Estimate, LayerEstimate, infer_stages, layer_estimates
 from systolix.perf.samples import decode_samples, unit_intervals
@@ -187,6 +188,14 @@ def _table(rows: list[list[str]], header: list[str] | None) -> str:
     head = "" if header is None else "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead>"
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table>{head}<tbody>{body}</tbody></table>"
+
+
+def require_matplotlib() -> None:
+    """The report draws its figures with matplotlib, an optional dependency."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise SystolixError("the report's figures need matplotlib: pip install 'systolix[report]' (./dev installs it)") from None
 
 
 def write_report(path: str | Path, est: Estimate, program: DecodedProgram, model_name: str,

@@ -1,4 +1,4 @@
-"""Performance samples (seed section 3.5), as the hardware's sampler would write them.
+"""Performance samples, as the TCU's sampler would write them (the ``sample_interval`` register).
 
 When a Configure instruction sets the sample-interval register (0xB) to L > 0, the
 hardware writes a 64-bit word every L clocks: bits 0-31 the program counter (instructions

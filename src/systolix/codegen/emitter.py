@@ -1,0 +1,139 @@
+"""The LIR builder the layer emitters share: instructions within the architecture's limits.
+
+A count past what one instruction encodes becomes several instructions; a stride the
+instruction cannot encode (not a power of two, or too large) becomes one instruction a vector.
+Every address is a tagged LIR address (``systolix.ir.lir``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from systolix.arch import Architecture
+from systolix.ir.lir import TAG_SHIFT, ZEROES, LoadWeights, MatMul, Memory, Move, Simd
+from systolix.isa import InstructionLayout, SimdOp
+
+_LOCAL_TAG = int(Memory.LOCAL)
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+class Emitter:
+    """Appends LIR instructions to ``out``."""
+
+    def __init__(self, arch: Architecture):
+        self.arch = arch
+        self.N = arch.array_size
+        self.layout = InstructionLayout.of(arch)
+        self.max_count = 1 << self.layout.operand2_bits_used
+        self.max_stride0 = 1 << (arch.stride0_depth - 1)
+        self.max_stride1 = 1 << (arch.stride1_depth - 1)
+        self.out: list = []
+
+    def ok_local(self, s: int) -> bool:
+        """A stride operand 0 (local memory) encodes."""
+        return _pow2(s) and s <= self.max_stride0
+
+    def ok_far(self, s: int) -> bool:
+        """A stride operand 1 (DRAM, accumulators) encodes."""
+        return _pow2(s) and s <= self.max_stride1
+
+    def move(self, source: int, target: int, count: int, source_stride: int = 1, target_stride: int = 1,
+             accumulate: bool = False) -> None:
+        """Move ``count`` vectors; strides that cannot be encoded become one move per vector."""
+        if count <= 0:
+            return
+        # One end is local memory (or the constants kept there): its stride is operand 0's.
+        if (target >> TAG_SHIFT) == _LOCAL_TAG:
+            local_stride, far_stride = target_stride, source_stride
+        else:
+            local_stride, far_stride = source_stride, target_stride
+        if count > 1 and not (self.ok_local(local_stride) and self.ok_far(far_stride)):
+            for k in range(count):
+                self.out.append(Move(source + k * source_stride, target + k * target_stride, 1, 1, 1, accumulate))
+            return
+        if count == 1:
+            source_stride = target_stride = 1
+        k = 0
+        while k < count:
+            n = min(self.max_count, count - k)
+            self.out.append(Move(source + k * source_stride, target + k * target_stride, n, source_stride, target_stride, accumulate))
+            k += n
+
+    def move_rows(self, source: int, target: int, rows: int, width: int, row_stride: int, pixel_stride: int,
+                  to_local: bool) -> None:
+        """``rows`` rows of ``width`` pixels between consecutive local vectors and the far side
+        (``row_stride`` and ``pixel_stride`` apart there): one move when the rows are contiguous,
+        else one a row."""
+        if pixel_stride == 1 and row_stride == width:
+            self.move(source, target, rows * width)
+            return
+        for r in range(rows):
+            if to_local:
+                self.move(source + r * row_stride, target + r * width, width, pixel_stride, 1)
+            else:
+                self.move(source + r * width, target + r * row_stride, width, 1, pixel_stride)
+
+    def load_rows(self, local: int, far: int, rows: int, width: int, row_stride: int, pixel_stride: int) -> None:
+        """``move_rows`` from DRAM into local memory."""
+        self.move_rows(far, local, rows, width, row_stride, pixel_stride, True)
+
+    def save_rows(self, local: int, far: int, rows: int, width: int, row_stride: int, pixel_stride: int) -> None:
+        """``move_rows`` from local memory out to DRAM."""
+        self.move_rows(local, far, rows, width, row_stride, pixel_stride, False)
+
+    def matmul(self, local: int, acc: int, count: int, local_stride: int = 1, accumulate: bool = True) -> None:
+        """``count`` vectors from ``local`` (``ZEROES``: zeros) through the array into ``acc``."""
+        if count <= 0:
+            return
+        if count > 1 and not self.ok_local(local_stride):
+            for k in range(count):
+                self.out.append(MatMul(local + k * local_stride, acc + k, 1, 1, 1, accumulate))
+            return
+        if count == 1:
+            local_stride = 1
+        k = 0
+        while k < count:
+            n = min(self.max_count, count - k)
+            self.out.append(MatMul(local + k * local_stride, acc + k, n, local_stride, 1, accumulate))
+            k += n
+
+    def load_block(self, local: int) -> None:
+        """Weights rows 1..N from ``local[0..N)``, a zero bias row."""
+        self.out.append(LoadWeights(local, self.N))
+        self.out.append(LoadWeights(ZEROES, 1))
+
+    def load_bias(self, local: int) -> None:
+        """Zero weights, bias row from ``local``."""
+        self.out.append(LoadWeights(ZEROES, self.N))
+        self.out.append(LoadWeights(local, 1))
+
+    def clear_weights(self) -> None:
+        """Zero weights and bias: a MatMul then adds nothing (zeroes the accumulators it writes)."""
+        self.out.append(LoadWeights(ZEROES, self.N + 1))
+
+    def simd(self, op: SimdOp, left: int = 0, right: int = 0, dest: int = 0, read: int | None = None, write: int | None = None,
+             accumulate: bool = False) -> None:
+        self.out.append(Simd(op, left, right, dest, read, write, accumulate))
+
+    def pairs(self, local: np.ndarray, far: np.ndarray, to_local: bool) -> None:
+        """Moves of single vectors ``local[k] <-> far[k]``, grouped into strided runs."""
+        n = len(local)
+        k = 0
+        while k < n:
+            j = k + 1
+            count, ls, fs = 1, 1, 1
+            if j < n:
+                dl, df = int(local[j] - local[k]), int(far[j] - far[k])
+                if self.ok_local(dl) and self.ok_far(df):
+                    while j + 1 < n and local[j + 1] - local[j] == dl and far[j + 1] - far[j] == df:
+                        j += 1
+                    count, ls, fs = j - k + 1, dl, df
+            if to_local:
+                self.move(int(far[k]), int(local[k]), count, fs, ls)
+            else:
+                self.move(int(local[k]), int(far[k]), count, ls, fs)
+            k += count
+

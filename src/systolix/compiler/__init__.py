@@ -1,0 +1,228 @@
+"""``compile_model``: an ONNX model and an architecture to a runnable, saveable compiled model.
+
+The model goes through the passes of ``systolix.compiler.passes`` (``PASSES``), run by the
+driver (``systolix.compiler.driver``): host placement, partition into segments, each accelerator
+segment lowered to HIR, optimised, planned, emitted and encoded. A model with no host part is a
+single plain Tensil ``.tmodel``/``.tprog``/``.tdata``; otherwise the top-level ``.tmodel`` lists
+the segments under ``systolix.segments`` (``docs/tmodel-extension.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import onnx
+
+from systolix.arch import Architecture, get_architecture
+from systolix.artifacts import ProgramRef, TModel
+from systolix.backend import Artifacts
+from systolix.compiler.calibration import calibration_samples
+from systolix.compiler.context import CompileContext
+from systolix.compiler.driver import run_passes
+from systolix.compiler.errors import UnsupportedOpError
+from systolix.compiler.program import Program, Segment
+from systolix.errors import SystolixError
+from systolix.frontend import graph_from_model, import_onnx
+from systolix.ir import Graph
+from systolix.planning.errors import STRATEGIES
+from systolix.runtime.model import Model
+from systolix.runtime.partitioned import PartitionedModel
+
+
+@dataclass
+class CompileSummary:
+    """What the compile summary prints."""
+
+    model: str
+    arch: Architecture
+    strategy: str
+    segments: list[Segment]
+    placement: dict[str, str]
+    seconds: float
+    consts_vectors: int = 0
+    """constants of every accelerator program together"""
+    consts_peak: int = 0
+    """the largest one program's constants (what DRAM1 must hold at a time)"""
+    dram0_vectors: int = 0
+    local_peak: int = 0
+    acc_peak: int = 0
+    instructions: int = 0
+    macs: int = 0
+    layers: list = field(default_factory=list)
+    placement_ops: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """node name -> (op type, where it runs)"""
+    host_reasons: dict[str, str] = field(default_factory=dict)
+    """node name -> why the accelerator does not run it (host nodes only)"""
+    calibration_samples: int = 0
+    gains: dict[str, Any] = field(default_factory=dict)
+    """conv layer name -> per output channel exponent of its amplified weights (calibrated compiles)"""
+    conv_layers: int = 0
+    rounded: list[str] = field(default_factory=list)
+    """conv layers whose weights calibration rounded (GPTQ), by name"""
+
+    @property
+    def host_nodes(self) -> list[str]:
+        return [n for n, where in self.placement.items() if where == "host"]
+
+    @property
+    def constant_cuts(self) -> int:
+        """Places where the model was cut because the constants exceed DRAM1: accelerator
+        programs that follow another accelerator program."""
+        kinds = [s.kind for s in self.segments]
+        return sum(1 for a, b in zip(kinds, kinds[1:]) if a == b == "accelerator")
+
+
+class CompiledMixin:
+    """What a freshly compiled model adds to a loaded one: its files and its compile summary."""
+
+    artifacts: dict[str, bytes]
+    summary: CompileSummary
+    tmodel_name: str
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the compiled files into ``directory`` (each atomically, the ``.tmodel`` last)."""
+        a = Artifacts(self.tmodel_name[: -len(".tmodel")], dict(self.artifacts))
+        return a.save(directory)
+
+
+class CompiledModel(CompiledMixin, Model):
+    """A compiled model running wholly on the accelerator (``systolix.runtime.Model``) plus ``save``."""
+
+
+class CompiledPartitionedModel(CompiledMixin, PartitionedModel):
+    """A compiled model with host segments (``PartitionedModel``) plus ``save``."""
+
+
+def _partitioned_manifest(name: str, arch: Architecture, graph: Graph, segments: list[Segment], placement: dict) -> bytes:
+    entries = []
+    for seg in segments:
+        entry: dict[str, Any] = {"kind": seg.kind, "inputs": seg.inputs, "outputs": seg.outputs,
+                                 "nodes": [graph.nodes[i].name for i in seg.nodes]}
+        if seg.kind == "host":
+            entry["onnx"] = f"{seg.name}.onnx"
+        else:
+            entry["tmodel"] = f"{seg.name}.tmodel"
+        entries.append(entry)
+
+    def io(names):
+        return [{"name": n, "shape": list(graph.tensor(n).shape), "layout": None} for n in names]
+
+    manifest = TModel(
+        name=name,
+        prog=ProgramRef(file_name=f"{name}.tprog", size=0),
+        consts=[],
+        inputs=[],
+        outputs=[],
+        arch=arch,
+        systolix={"version": 1, "inputs": io(graph.inputs), "outputs": io(graph.outputs), "layers": [],
+                  "segments": entries, "placement": placement},
+    )
+    return json.dumps(manifest.to_json_dict(), separators=(",", ":")).encode()
+
+
+def _safe_name(text: str) -> str:
+    keep = "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+    return keep.strip("._") or "model"
+
+
+def _summary(source: str, arch: Architecture, strategy: str, program: Program, placement: dict, samples) -> CompileSummary:
+    graph = program.graph
+    summary = CompileSummary(source, arch, strategy, program.segments, placement, seconds=0.0)
+    summary.placement_ops = {n.name: (n.op_type, placement.get(n.name, "accelerator")) for n in graph.nodes}
+    summary.host_reasons = {graph.nodes[i].name: reason for i, reason in graph.host.items()}
+    for seg in program.segments:
+        if seg.kind != "accelerator":
+            continue
+        lir, hir = seg.lir, seg.hir
+        summary.consts_vectors += int(lir.consts.shape[0])
+        summary.consts_peak = max(summary.consts_peak, int(lir.consts.shape[0]))
+        summary.dram0_vectors = max(summary.dram0_vectors, lir.dram0_vectors)
+        summary.local_peak = max(summary.local_peak, lir.local_peak)
+        summary.acc_peak = max(summary.acc_peak, lir.acc_peak)
+        summary.instructions += len(lir.instructions)
+        summary.macs += sum(r.macs for r in lir.layers)
+        summary.layers.extend(lir.layers)
+        summary.gains.update(hir.gains)
+        summary.rounded.extend(hir.rounded)
+        summary.conv_layers += sum(1 for layer in hir.layers if layer.kind == "conv")
+    summary.calibration_samples = len(samples) if samples else 0
+    return summary
+
+
+def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str = "local-isolated", host: bool = True,
+                  listing: bool = False, name: str | None = None,
+                  progress: Callable[[str, int, int], None] | None = None,
+                  calibration: Any = None, split: bool = True, dump_ir: str | Path | None = None,
+                  ) -> CompiledModel | CompiledPartitionedModel:
+    """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
+    ``.tarch`` path or ``Architecture``).
+
+    ``strategy``: one of ``STRATEGIES``; ``host=False`` makes an op the accelerator cannot run an
+    error instead of a host segment; ``listing`` adds the assembly listing (``.tasm``).
+    ``calibration``: sample inputs (a dict of arrays, stacked samples allowed, a list of dicts,
+    or an ``.npz`` path); with them each layer's weights are amplified as far as the samples'
+    accumulator ranges allow (``systolix.hir_passes.amplify_weights``), for smaller rounding errors.
+    ``split``: constants larger than DRAM1 cut the model into several accelerator programs run
+    one after another (``False``: an error instead). ``progress(what, done, total)``: ``what``
+    is ``"calibrating SEGMENT"`` (float runs on the samples) or ``"scheduling SEGMENT"`` (layers).
+    ``dump_ir``: a directory to write every IR after every pass into, as text (and check each).
+    Returns a model with ``.run(inputs)``, ``.save(directory)`` and ``.summary``.
+    """
+    started = time.perf_counter()
+    if not isinstance(arch, Architecture):
+        arch = get_architecture(arch)
+    if strategy not in STRATEGIES:
+        raise SystolixError(f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES)})")
+    onnx_model, source, shapes = import_onnx(model_or_path)
+    graph = graph_from_model(onnx_model, source, shapes)
+    if name is None:
+        stem = Path(source).stem if not isinstance(model_or_path, (onnx.ModelProto, bytes, bytearray)) else (graph.name or "model")
+        name = f"{_safe_name(stem)}_{_safe_name(str(arch.array_size))}x{arch.array_size}"
+    samples = None if calibration is None else calibration_samples(calibration, graph)
+    ctx = CompileContext(arch, strategy, samples, host, split, listing, name, progress=progress, onnx_model=onnx_model)
+    program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
+    segments = program.segments
+    placement = {}
+    for seg in segments:
+        for i in seg.nodes:
+            placement[graph.nodes[i].name] = seg.kind
+    files: dict[str, bytes] = {}
+    for seg in segments:
+        if seg.kind == "host":
+            files[f"{seg.name}.onnx"] = seg.onnx_bytes
+        else:
+            files.update(seg.ir.files)
+    partitioned = len(segments) > 1 or segments[0].kind == "host"
+    if partitioned:
+        files[f"{name}.tprog"] = b""
+        files[f"{name}.tmodel"] = _partitioned_manifest(name, arch, graph, segments, placement)
+    # Reorder so that the top-level manifest comes last when saving.
+    top = f"{name}.tmodel"
+    files = {k: v for k, v in files.items() if k != top} | {top: files[top]}
+    summary = _summary(source, arch, strategy, program, placement, samples)
+    summary.seconds = time.perf_counter() - started
+    tmp = Path(tempfile.mkdtemp(prefix="systolix-compile-"))
+    try:
+        Artifacts(name, files).save(tmp)
+        manifest = TModel.load(tmp / top)
+        # The runtime classes read every file in their constructor: the directory can go after.
+        if partitioned:
+            obj = CompiledPartitionedModel(manifest, tmp, top)
+        else:
+            obj = CompiledModel(manifest, tmp, top)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    obj.artifacts = files
+    obj.summary = summary
+    obj.tmodel_name = top
+    return obj
+
+
+__all__ = ["STRATEGIES", "CompileContext", "CompileSummary", "CompiledModel", "CompiledPartitionedModel", "UnsupportedOpError",
+           "compile_model"]

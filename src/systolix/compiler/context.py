@@ -1,0 +1,45 @@
+"""What every pass may read besides its IR: the compile's settings and where it reports."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from systolix.arch import Architecture
+
+
+@dataclass
+class CompileContext:
+    """The architecture and strategy, the calibration samples, whether nodes may go to the
+    host and programs be cut, progress reporting, and caches shared by the passes.
+
+    A segment's passes get a copy for their segment (``for_segment``): ``segment`` is its name
+    (the program's files are named after it) and ``samples`` its own inputs' values.
+    """
+
+    arch: Architecture
+    strategy: str = "local-isolated"
+    samples: list[dict] | None = None
+    host: bool = True
+    split: bool = True
+    listing: bool = False
+    name: str = "model"
+    segment: str = ""
+    progress: Callable[[str, int, int], None] | None = None
+    onnx_model: Any = None
+    probes: dict = field(default_factory=dict)
+    """onnxruntime probes of resize nodes (``systolix.lowering.ops.resize``): placement and
+    every lowering of a segment ask the same questions."""
+    catch_up: Callable[[Any], Any] | None = None
+    """Set by the driver: brings the segments of a re-partitioned program as far as the passes
+    before the current one (``split_constants`` cuts programs)."""
+
+    def reporter(self, step: str) -> Callable[[int, int], None] | None:
+        """``progress`` for one step of this segment (``"calibrating"``, ``"scheduling"``), or None."""
+        if self.progress is None:
+            return None
+        return lambda done, total: self.progress(f"{step} {self.segment}", done, total)
+
+    def for_segment(self, name: str, samples: list[dict] | None) -> "CompileContext":
+        return dataclasses.replace(self, segment=name, samples=samples)

@@ -1,0 +1,66 @@
+"""The compiler's passes, in the order the driver runs them; each ``(ir, ctx) -> ir``.
+
+``model`` passes take the whole model (the placed graph, then the partitioned ``Program``);
+``segment`` passes take one accelerator segment's IR and run on every accelerator segment::
+
+    Graph --place on host--> Graph --partition--> Program
+    per segment: Graph --lower--> HIR --fold batch norms, fuse post-ops, eliminate dead layers,
+                 [split long reductions, measure ranges, amplify weights, round weights:
+                  calibrated compiles]--> HIR --place constants--> Plan
+    Program --split constants--> Program
+    per segment: Plan --allocate memory, tile layers--> Plan --emit--> LIR
+                 --bind memories, roll up--> LIR --encode--> Artifacts
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from systolix.backend import bind_memories, encode
+from systolix.codegen import emit
+from systolix.codegen.rollup import roll_up
+from systolix.compiler.placement import place_on_host
+from systolix.compiler.segments import partition_graph, split_constants
+from systolix.hir_passes.amplify_weights import amplify_weights
+from systolix.hir_passes.eliminate_dead_layers import eliminate_dead_layers
+from systolix.hir_passes.fold_batch_norms import fold_batch_norms
+from systolix.hir_passes.fuse_post_ops import fuse_post_ops
+from systolix.hir_passes.measure_ranges import measure_ranges
+from systolix.hir_passes.round_weights import round_weights
+from systolix.hir_passes.split_long_reductions import split_long_reductions
+from systolix.lowering import lower
+from systolix.planning.allocators import allocate_memory
+from systolix.planning.constants import place_constants
+from systolix.planning.tiling import tile_layers
+
+MODEL, SEGMENT = "model", "segment"
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    run: Callable
+    scope: str
+
+
+PASSES = (
+    Pass("place on host", place_on_host, MODEL),
+    Pass("partition", partition_graph, MODEL),
+    Pass("lower", lower, SEGMENT),
+    Pass("fold batch norms", fold_batch_norms, SEGMENT),
+    Pass("fuse post-ops", fuse_post_ops, SEGMENT),
+    Pass("eliminate dead layers", eliminate_dead_layers, SEGMENT),
+    Pass("split long reductions", split_long_reductions, SEGMENT),
+    Pass("measure ranges", measure_ranges, SEGMENT),
+    Pass("amplify weights", amplify_weights, SEGMENT),
+    Pass("round weights", round_weights, SEGMENT),
+    Pass("place constants", place_constants, SEGMENT),
+    Pass("split constants", split_constants, MODEL),
+    Pass("allocate memory", allocate_memory, SEGMENT),
+    Pass("tile layers", tile_layers, SEGMENT),
+    Pass("emit", emit, SEGMENT),
+    Pass("bind memories", bind_memories, SEGMENT),
+    Pass("roll up", roll_up, SEGMENT),
+    Pass("encode", encode, SEGMENT),
+)

@@ -1,0 +1,156 @@
+"""The HIR's meaning: a float evaluation, layer by layer, in NumPy.
+
+It computes what the accelerator program computes, without rounding: every layer in program
+order, on the same memory objects (a Concat or Split that aliases channel groups of another
+tensor reads and writes that tensor's storage); each post-op by its own ``evaluate``. Two uses:
+
+* calibration: the largest value each layer's accumulators hold before its accumulator
+  operations, per output channel, which sets how far its weights can be amplified
+  (``systolix.hir_passes.amplify``);
+* testing the lowering on its own: the IR's outputs against onnxruntime's, with no fixed point
+  and no scheduling in between.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from systolix.ir.hir import Activation, ConvLayer, HirProgram, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
+from systolix.ir.layout import canonical_elements
+
+
+@dataclass
+class Evaluation:
+    """The memory objects' contents after a run, and each conv layer's accumulator range."""
+
+    storage: dict[int, np.ndarray] = field(default_factory=dict)  # id(root) -> [G*N, P]
+    accumulator_max: dict[int, np.ndarray] = field(default_factory=dict)
+    """layer index -> per output channel, the largest |value| its accumulators hold (with the
+    bias, before the accumulator operations; an average pool's also through its own scaling,
+    ``ConvLayer.scaling_ops``)"""
+
+    def read(self, act: Activation) -> np.ndarray:
+        """``act`` as ``[C, H, W]``."""
+        root, g0 = act.root()
+        data = self.storage[id(root)]
+        c0 = g0 * act.N
+        return data[c0:c0 + act.C].reshape(act.C, act.H, act.W)
+
+    def write(self, act: Activation, value: np.ndarray) -> None:
+        root, g0 = act.root()
+        data = self.storage.get(id(root))
+        if data is None:
+            data = np.zeros((root.G * root.N, root.P), np.float64)
+            self.storage[id(root)] = data
+        c0 = g0 * act.N
+        data[c0:c0 + act.C] = value.reshape(act.C, -1)
+
+
+def input_chw(hir: HirProgram, name: str, value: np.ndarray) -> np.ndarray:
+    """A model input, in its ONNX shape (batch 1), as the ``[C, H, W]`` of its activation."""
+    act = hir.inputs[name]
+    shape = tuple(hir.input_shapes[name])
+    x = np.asarray(value, np.float64).reshape(shape)
+    if len(shape) == 4 and name in hir.perms:
+        return x[0].transpose(2, 0, 1)  # kept channels-last in DRAM
+    flat = np.empty(act.C * act.P, np.float64)
+    flat[canonical_elements(shape).reshape(-1)] = x.reshape(-1)
+    return flat.reshape(act.C, act.H, act.W)
+
+
+def output_onnx(hir: HirProgram, name: str, value: np.ndarray) -> np.ndarray:
+    """An output activation's ``[C, H, W]`` as the model's ONNX-shaped output."""
+    shape = tuple(hir.output_shapes[name])
+    if len(shape) == 4 and name in hir.perms:
+        return value.transpose(1, 2, 0).reshape(shape)
+    return value.reshape(-1)[canonical_elements(shape).reshape(-1)].reshape(shape)
+
+
+def taps(x: np.ndarray, OH: int, OW: int, kernel, stride, dilation, pads, fill: float):
+    """Yield ``(kh, kw, window)``: the input under tap ``(kh, kw)`` for every output pixel."""
+    C, H, W = x.shape
+    KH, KW = kernel
+    sh, sw = stride
+    dh, dw = dilation
+    pt, pl = pads[0], pads[1]
+    need_h = (OH - 1) * sh + (KH - 1) * dh + 1
+    need_w = (OW - 1) * sw + (KW - 1) * dw + 1
+    padded = np.full((C, max(need_h, pt + H), max(need_w, pl + W)), fill, x.dtype)
+    padded[:, pt:pt + H, pl:pl + W] = x
+    for kh in range(KH):
+        for kw in range(KW):
+            h0, w0 = kh * dh, kw * dw
+            yield kh, kw, padded[:, h0:h0 + (OH - 1) * sh + 1:sh, w0:w0 + (OW - 1) * sw + 1:sw]
+
+
+def _conv(ev: Evaluation, layer: ConvLayer, index: int) -> np.ndarray:
+    out = layer.output
+    # The bias first, then one tap at a time, as the array accumulates: the peak counts the
+    # partial sums too (an add saturates, so a partial sum out of range is lost).
+    acc = np.repeat(np.asarray(layer.bias, np.float64)[:, None], out.H * out.W, axis=1)
+    peak = np.abs(acc[:, 0]) if acc.size else np.zeros(out.C)
+    for inp in layer.inputs:
+        x = ev.read(inp.act)
+        for kh, kw, window in taps(x, out.H, out.W, layer.kernel, layer.stride, layer.dilation, layer.pads, 0.0):
+            window = window.reshape(x.shape[0], -1)
+            if inp.weights is None:
+                acc += inp.diagonal[:, kh, kw].astype(np.float64)[:, None] * window
+                if acc.size:
+                    peak = np.maximum(peak, np.max(np.abs(acc), axis=1))
+                continue
+            # A dense tap goes through the array one block of N input channels at a time.
+            for c0 in range(0, x.shape[0], inp.act.N):
+                c1 = min(x.shape[0], c0 + inp.act.N)
+                acc += inp.weights[:, c0:c1, kh, kw].astype(np.float64) @ window[c0:c1]
+                if acc.size:
+                    peak = np.maximum(peak, np.max(np.abs(acc), axis=1))
+    acc = acc.reshape(out.C, out.H, out.W)
+    for k, p in enumerate(layer.post_ops):
+        acc = p.evaluate(acc, ev.read)
+        if k < layer.scaling_ops and acc.size:
+            # An average pool's own multiplies run before a gain is undone: they count too.
+            peak = np.maximum(peak, np.max(np.abs(acc.reshape(out.C, -1)), axis=1))
+    ev.accumulator_max[index] = peak
+    return acc
+
+
+def _maxpool(ev: Evaluation, layer: MaxPoolLayer) -> np.ndarray:
+    x = ev.read(layer.input)
+    out = layer.output
+    result = np.full((out.C, out.H, out.W), -np.inf)
+    for _, _, window in taps(x, out.H, out.W, layer.kernel, layer.stride, layer.dilation, layer.pads, -np.inf):
+        result = np.maximum(result, window)
+    return result
+
+
+def evaluate(hir: HirProgram, inputs: dict[str, np.ndarray]) -> Evaluation:
+    """Run ``hir`` in float64 on one set of inputs (ONNX-shaped arrays, batch 1, by input name)."""
+    ev = Evaluation()
+    for name, act in hir.inputs.items():
+        ev.write(act, input_chw(hir, name, inputs[name]))
+    for index, layer in enumerate(hir.layers):
+        if isinstance(layer, ConvLayer):
+            value = _conv(ev, layer, index)
+        elif isinstance(layer, MaxPoolLayer):
+            value = _maxpool(ev, layer)
+        elif isinstance(layer, RemapLayer):
+            x = ev.read(layer.input)
+            value = x[:, layer.source[..., 0], layer.source[..., 1]]
+        elif isinstance(layer, PixelMixLayer):
+            x = ev.read(layer.input).reshape(layer.input.C, -1)
+            value = np.zeros((layer.output.C, layer.output.P))
+            np.add.at(value.T, layer.out_pixel, (x[:, layer.in_pixel] * layer.coefficient).T)
+        elif isinstance(layer, ShuffleLayer):
+            value = ev.read(layer.input).reshape(-1)[layer.source]
+        else:  # pragma: no cover
+            raise TypeError(f"unknown layer {layer!r}")
+        ev.write(layer.output, value)
+    return ev
+
+
+def run_reference(hir: HirProgram, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The IR's outputs in float, in the model's own shapes."""
+    ev = evaluate(hir, inputs)
+    return {name: output_onnx(hir, name, ev.read(act)) for name, act in hir.outputs.items()}

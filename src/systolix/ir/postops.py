@@ -1,0 +1,392 @@
+"""Post-ops: the accumulator operations a conv layer applies after its matrix multiplication.
+
+Each kind is a class registered under its name in ``PostOp.KINDS`` and owns everything about
+itself: its float semantics (``evaluate``, what the float evaluation of the HIR and calibration
+run), the constants it needs (``constants``: vectors for the SIMD unit, or whole tensors for the
+constant image) and the instructions that apply it to a tile of accumulators (``emit``). A new
+element-wise op on the accelerator is one more subclass, wherever it is defined (the lowering of
+HardSigmoid defines its own).
+
+``emit`` gets a ``Tile`` (``systolix.codegen.conv``): the emitter ``e``, the output channel
+groups ``go0..go1`` and rows ``oh0..oh0+rows`` (``OW`` pixels each) it holds group by group from
+accumulator address 0 (``group_vectors(go)``), a local staging area, the accumulator addresses
+of the layer's SIMD constants (``acc_const``, ``channel_constant``), of a second tile
+(``acc_scratch``) and of broadcast operands (``acc_bcast``). Addresses are LIR's tagged ones.
+SIMD operand 0 is the vector read, 1 the one register every Tensil architecture has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+from systolix.ir.structure import describe_array
+from systolix.isa import SimdOp
+
+
+@dataclass(eq=False)
+class PostOp:
+    """Base of the post-op kinds. ``node``: the ONNX node it comes from (for messages)."""
+
+    node: str = field(default="", kw_only=True)
+
+    kind: ClassVar[str] = ""
+    KINDS: ClassVar[dict[str, type["PostOp"]]] = {}
+    swappable: ClassVar[bool] = False
+    """An operation of the layer's value with another tensor that gives the same result with
+    the two swapped (``a + b``): it may join the layer computing either operand."""
+    tile_copies: ClassVar[int] = 1
+    """Tiles of accumulators the operation needs (2: its tensor operand beside the tile)."""
+    broadcast: ClassVar[bool] = False
+    """Its tensor operand is one vector per channel group, kept beside the tile."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("kind"):
+            PostOp.KINDS[cls.kind] = cls
+
+    @property
+    def tensor(self):
+        """The activation this operation reads, if any."""
+        return None
+
+    def evaluate(self, acc: np.ndarray, read: Callable[[Any], np.ndarray]) -> np.ndarray:
+        """The float result on ``acc`` (``[C, H, W]``, float64); ``read(act)`` reads a tensor."""
+        raise NotImplementedError
+
+    def constants(self, c: "ConstantSink") -> Any:
+        """Add the constants this operation needs to ``c``; returns what ``emit`` needs to find them."""
+        return None
+
+    def emit(self, t: Any, slot: Any) -> None:
+        raise NotImplementedError
+
+    def text(self) -> str:
+        return self.kind
+
+
+class ConstantSink:
+    """Where a layer's post-ops put their constants, in their order: SIMD vectors (loaded into
+    the accumulators beside the tile, ``simd``) or tensors stored in the constant image
+    (``image``). ``q`` rounds floats to the data type's raw values."""
+
+    def __init__(self, N: int, groups: int, q: Callable[[np.ndarray], np.ndarray], image: Callable[[np.ndarray], int]):
+        self.N, self.G, self.q = N, groups, q
+        self.vectors: list[np.ndarray] = []
+        self._image = image
+
+    def simd(self, vectors) -> int:
+        """Append raw vectors for the SIMD unit; returns the first one's index."""
+        first = len(self.vectors)
+        self.vectors.extend(vectors)
+        return first
+
+    def image(self, vectors: np.ndarray) -> int:
+        """Store raw vectors in the constant image now; returns their offset there."""
+        return self._image(vectors)
+
+    def channel_vectors(self, values: np.ndarray) -> np.ndarray:
+        """Per-channel values as G raw vectors (padding lanes zero)."""
+        padded = np.zeros(self.G * self.N, np.float32)
+        padded[: len(values)] = values
+        return self.q(padded).reshape(self.G, self.N)
+
+    def per_channel(self, values: np.ndarray) -> tuple[int, bool]:
+        """One vector if every channel has the same value (it serves every group), else one per
+        group: ``(first index, uniform)``."""
+        if np.all(values == values[0]):
+            return self.simd([self.q(np.full(self.N, values[0]))]), True
+        return self.simd(list(self.channel_vectors(values))), False
+
+
+def _channels(values: np.ndarray) -> np.ndarray:
+    return np.asarray(values, np.float64)[:, None, None]
+
+
+# --- operations with another tensor ------------------------------------------------------------
+@dataclass(eq=False)
+class AddTensor(PostOp):
+    """``+ tensor`` (a residual add, or the parts of a split reduction)."""
+
+    operand: Any = None
+    kind: ClassVar[str] = "add"
+    swappable: ClassVar[bool] = True
+
+    @property
+    def tensor(self):
+        return self.operand
+
+    def evaluate(self, acc, read):
+        return acc + read(self.operand)
+
+    def emit(self, t, slot) -> None:
+        e, memory = t.e, t.memory
+        base, gs, hs, ws = memory.strides(self.operand)
+        n = t.per_group
+        if memory.on_chip(self.operand):
+            for go in t.groups():
+                e.move(base + go * gs + t.oh0 * hs, t.group_base(go), n, accumulate=True)
+            return
+        for go in t.groups():
+            e.load_rows(t.stage + (go - t.go0) * n, base + go * gs + t.oh0 * hs, t.rows, t.OW, hs, ws)
+        e.move(t.stage, t.acc, t.n_vec, accumulate=True)
+
+    def text(self) -> str:
+        return f"add {self.operand.name}"
+
+
+@dataclass(eq=False)
+class MulTensor(PostOp):
+    """``* tensor`` of the same shape: the operand goes beside the tile, one multiply a vector."""
+
+    operand: Any = None
+    kind: ClassVar[str] = "mul_tensor"
+    swappable: ClassVar[bool] = True
+    tile_copies: ClassVar[int] = 2
+
+    @property
+    def tensor(self):
+        return self.operand
+
+    def evaluate(self, acc, read):
+        return acc * read(self.operand)
+
+    def emit(self, t, slot) -> None:
+        e, memory = t.e, t.memory
+        base, gs, hs, ws = memory.strides(self.operand)
+        n = t.per_group
+        on_chip = memory.on_chip(self.operand)
+        for go in t.groups():
+            if on_chip:
+                e.move(base + go * gs + t.oh0 * hs, t.acc_scratch + (go - t.go0) * n, n)
+                continue
+            sbase = t.stage + (go - t.go0) * n
+            for r in range(t.rows):
+                e.move(base + go * gs + (t.oh0 + r) * hs, sbase + r * t.OW, t.OW, ws, 1)
+        if not on_chip:
+            e.move(t.stage, t.acc_scratch, t.n_vec)
+        for v in range(t.n_vec):
+            e.simd(SimdOp.MOVE, 0, 0, 1, read=t.acc_scratch + v)
+            e.simd(SimdOp.MULTIPLY, 0, 1, 0, read=t.acc + v, write=t.acc + v)
+
+    def text(self) -> str:
+        return f"multiply by {self.operand.name}"
+
+
+@dataclass(eq=False)
+class _Broadcast(PostOp):
+    """An operation with a tensor of one value per channel (``[1, C, 1, 1]``): its vector for
+    each channel group goes into the accumulators beside the tile, then into the register."""
+
+    operand: Any = None
+    broadcast: ClassVar[bool] = True
+    simd_op: ClassVar[SimdOp] = SimdOp.NOOP
+
+    @property
+    def tensor(self):
+        return self.operand
+
+    def emit(self, t, slot) -> None:
+        e, memory = t.e, t.memory
+        base, gs, hs, ws = memory.strides(self.operand)
+        groups = t.go1 - t.go0
+        if memory.on_chip(self.operand):
+            e.move(base + t.go0 * gs, t.acc_bcast, groups, gs, 1)
+        else:
+            e.move(base + t.go0 * gs, t.stage, groups, gs, 1)
+            e.move(t.stage, t.acc_bcast, groups)
+        for go in t.groups():
+            e.simd(SimdOp.MOVE, 0, 0, 1, read=t.acc_bcast + go - t.go0)
+            for v in t.group_vectors(go):
+                e.simd(self.simd_op, 0, 1, 0, read=v, write=v)
+
+
+@dataclass(eq=False)
+class AddBroadcast(_Broadcast):
+    """``+ g`` with ``g`` one value per channel (computed)."""
+
+    kind: ClassVar[str] = "add_bcast"
+    simd_op: ClassVar[SimdOp] = SimdOp.ADD
+
+    def evaluate(self, acc, read):
+        return acc + read(self.operand).reshape(acc.shape[0], 1, 1)
+
+    def text(self) -> str:
+        return f"add {self.operand.name} per channel"
+
+
+@dataclass(eq=False)
+class MulBroadcast(_Broadcast):
+    """``* g`` with ``g`` one value per channel (computed; a squeeze-excite gate)."""
+
+    kind: ClassVar[str] = "mul_bcast"
+    simd_op: ClassVar[SimdOp] = SimdOp.MULTIPLY
+
+    def evaluate(self, acc, read):
+        return acc * read(self.operand).reshape(acc.shape[0], 1, 1)
+
+    def text(self) -> str:
+        return f"multiply by {self.operand.name} per channel"
+
+
+# --- operations with constants -------------------------------------------------------------------
+@dataclass(eq=False)
+class AddConstant(PostOp):
+    """``+ values`` (``[C, H, W]``, varying over pixels): stored in the constant image planar per
+    channel group and added from there into the accumulators."""
+
+    values: np.ndarray = None
+    kind: ClassVar[str] = "add_const"
+
+    def evaluate(self, acc, read):
+        return acc + np.asarray(self.values, np.float64).reshape(acc.shape)
+
+    def constants(self, c):
+        C, Hc, Wc = self.values.shape
+        padded = np.zeros((c.G * c.N, Hc * Wc), np.float32)
+        padded[:C] = self.values.reshape(C, -1)
+        vectors = c.q(padded).reshape(c.G, c.N, Hc * Wc).transpose(0, 2, 1).reshape(-1, c.N)
+        return c.image(vectors), Hc * Wc
+
+    def emit(self, t, slot) -> None:
+        e = t.e
+        offset, P = slot
+        n = t.per_group
+        if t.consts_local:
+            for go in t.groups():
+                e.move(t.consts + offset + go * P + t.oh0 * t.OW, t.group_base(go), n, accumulate=True)
+            return
+        for go in t.groups():
+            e.move(t.consts + offset + go * P + t.oh0 * t.OW, t.stage + (go - t.go0) * n, n)
+        e.move(t.stage, t.acc, t.n_vec, accumulate=True)
+
+    def text(self) -> str:
+        return f"add constant {describe_array(self.values)}"
+
+
+@dataclass(eq=False)
+class Relu(PostOp):
+    """``max(x, 0)``."""
+
+    kind: ClassVar[str] = "relu"
+
+    def evaluate(self, acc, read):
+        return np.maximum(acc, 0.0)
+
+    def emit(self, t, slot) -> None:
+        t.e.simd(SimdOp.ZERO, dest=1)
+        for v in t.vectors():
+            t.e.simd(SimdOp.MAX, 0, 1, 0, read=v, write=v)
+
+
+@dataclass(eq=False)
+class Clip(PostOp):
+    """``min(max(x, lo), hi)`` (Clip, ReLU6)."""
+
+    lo: float = 0.0
+    hi: float = 0.0
+    kind: ClassVar[str] = "clip"
+
+    def evaluate(self, acc, read):
+        return np.clip(acc, self.lo, self.hi)
+
+    def constants(self, c):
+        return c.simd([c.q(np.full(c.N, self.lo)), c.q(np.full(c.N, self.hi))])
+
+    def emit(self, t, slot) -> None:
+        e = t.e
+        const = t.acc_const + slot
+        for k, op in ((0, SimdOp.MAX), (1, SimdOp.MIN)):
+            e.simd(SimdOp.MOVE, 0, 0, 1, read=const + k)
+            for v in t.vectors():
+                e.simd(op, 0, 1, 0, read=v, write=v)
+
+    def text(self) -> str:
+        return f"clip {self.lo:g}..{self.hi:g}"
+
+
+@dataclass(eq=False)
+class Slope(PostOp):
+    """``x if x >= 0 else x * slope`` per channel (LeakyRelu, PRelu): ``max(x, x * s)`` for
+    slopes up to 1, ``min`` for slopes above 1."""
+
+    values: np.ndarray = None
+    kind: ClassVar[str] = "slope"
+
+    def evaluate(self, acc, read):
+        return np.where(acc >= 0, acc, acc * _channels(self.values))
+
+    def constants(self, c):
+        return c.per_channel(self.values)
+
+    def emit(self, t, slot) -> None:
+        e = t.e
+        for go in t.groups():
+            c = t.channel_constant(slot, go)
+            lanes = self.values[go * t.N:(go + 1) * t.N]
+            op = SimdOp.MIN if np.all(lanes >= 1) and np.any(lanes > 1) else SimdOp.MAX
+            for v in t.group_vectors(go):
+                e.simd(SimdOp.MOVE, 0, 0, 1, read=c)
+                e.simd(SimdOp.MULTIPLY, 0, 1, 1, read=v)
+                e.simd(op, 0, 1, 0, read=v, write=v)
+
+    def text(self) -> str:
+        return f"slope {describe_array(self.values)}"
+
+
+@dataclass(eq=False)
+class Scale(PostOp):
+    """``x * values`` per channel (an average pool's 1/count, a calibrated gain's undo)."""
+
+    values: np.ndarray = None
+    kind: ClassVar[str] = "mul"
+
+    def evaluate(self, acc, read):
+        return acc * _channels(self.values)
+
+    def constants(self, c):
+        return c.per_channel(self.values)
+
+    def emit(self, t, slot) -> None:
+        for go in t.groups():
+            t.e.simd(SimdOp.MOVE, 0, 0, 1, read=t.channel_constant(slot, go))
+            for v in t.group_vectors(go):
+                t.e.simd(SimdOp.MULTIPLY, 0, 1, 0, read=v, write=v)
+
+    def text(self) -> str:
+        return f"multiply {describe_array(self.values)}"
+
+
+@dataclass(eq=False)
+class ScalePixels(PostOp):
+    """``x * values`` per output pixel (``[H, W]``; an average pool whose windows count
+    different numbers of values at the borders): one register load per distinct value."""
+
+    values: np.ndarray = None
+    kind: ClassVar[str] = "mul_pixel"
+
+    def evaluate(self, acc, read):
+        return acc * np.asarray(self.values, np.float64).reshape(1, acc.shape[1], acc.shape[2])
+
+    def constants(self, c):
+        raw = c.q(self.values)
+        distinct = np.unique(raw)
+        return c.simd([np.full(c.N, v, np.int64) for v in distinct]), distinct, raw
+
+    def emit(self, t, slot) -> None:
+        e = t.e
+        first, distinct, raw = slot
+        band = raw[t.oh0:t.oh0 + t.rows].reshape(-1)
+        for j, value in enumerate(distinct):
+            pixels = np.flatnonzero(band == value)
+            if not len(pixels):
+                continue
+            e.simd(SimdOp.MOVE, 0, 0, 1, read=t.acc_const + first + j)
+            for go in t.groups():
+                for v in (pixels + t.group_base(go)).tolist():
+                    e.simd(SimdOp.MULTIPLY, 0, 1, 0, read=v, write=v)
+
+    def text(self) -> str:
+        return f"multiply per pixel {describe_array(self.values)}"

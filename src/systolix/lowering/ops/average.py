@@ -1,0 +1,142 @@
+"""AveragePool, GlobalAveragePool and ReduceMean over H and W: a per-channel conv summing the
+window with weights ``2^-shift``, then SIMD multiplies to the mean.
+
+The weights keep the running sum in range (the accumulators then hold 4 to 8x the mean, so a
+mean past about 16 saturates; calibration lowers the weights further for such data, negative
+gains in ``systolix.hir_passes.amplify``). A window of 2,048 values or more would need weights
+the type cannot hold: the mean is separable, counts included, so it averages along W, then
+along H.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from systolix.ir.hir import ConvInput, ConvLayer
+from systolix.ir.postops import Scale, ScalePixels
+from systolix.lowering.ops.maxpool import pool_geometry
+from systolix.lowering.registry import OpHandler, handles
+
+
+def pool_shift(taps: int) -> int:
+    """The exponent of an average pool's weights ``2^-shift`` over ``taps`` values: the sum
+    then holds 4 to 8x the mean."""
+    return max(0, int(math.floor(math.log2(taps))) - 2)
+
+
+def _size_reason(lw, k) -> str | None:
+    top = lw.data_type.binary_point if lw.data_type.is_fixed else None
+    if top is None or pool_shift(k[0] * k[1]) <= top:
+        return None
+    if max(pool_shift(k[0]), pool_shift(k[1])) > top:
+        limit = 1 << (top + 3)
+        return f"an average over {k[0]}x{k[1]} values: {lw.data_type.name} averages at most {limit - 1} along each axis"
+    return None
+
+
+def window_counts(H, W, k, stride, dil, pads, OH, OW, include_pad):
+    def axis(size, kk, s, d, p0, p1, n_out):
+        starts = np.arange(n_out) * s - p0
+        taps = starts[:, None] + np.arange(kk)[None, :] * d
+        lo, hi = (-p0, size + p1) if include_pad else (0, size)
+        return ((taps >= lo) & (taps < hi)).sum(axis=1)
+
+    ch = axis(H, k[0], stride[0], dil[0], pads[0], pads[2], OH)
+    cw = axis(W, k[1], stride[1], dil[1], pads[1], pads[3], OW)
+    return (ch[:, None] * cw[None, :]).astype(np.float64)
+
+
+def average_layer(lw, name: str, node, x, out, k, stride, dil, pads, include_pad: bool, op: str) -> None:
+    """One conv layer averaging ``x`` into ``out`` over windows ``k``."""
+    # Sum with weights 2^-shift (exact scaling), then multiply by 2^shift / count in two SIMD
+    # steps so the multiplier keeps 9 significant bits.
+    shift = pool_shift(k[0] * k[1])
+    w = np.full((x.C, k[0], k[1]), 2.0 ** -shift, np.float32)
+    counts = window_counts(x.H, x.W, k, stride, dil, pads, out.H, out.W, include_pad)
+    factors = (2.0 ** shift) / counts
+    post = []
+    uniform = np.all(factors == factors.flat[0])
+    m = int(np.clip(-np.floor(np.log2(factors.min())), 0, 6))
+    if uniform:
+        post.append(Scale(np.full(x.C, factors.flat[0] * 2 ** m, np.float32), node=node.name))
+    else:
+        post.append(ScalePixels((factors * 2 ** m).astype(np.float32), node=node.name))
+    if m:
+        post.append(Scale(np.full(x.C, 2.0 ** -m, np.float32), node=node.name))
+    lw.add(ConvLayer(name, [ConvInput(x, diagonal=w)], out, np.zeros(x.C, np.float32), k, stride, dil, pads,
+                     post_ops=post, ops=[op], nodes=[node.name], scaling_ops=len(post), open=False))
+
+
+def average(node, lw, x, k, stride, dil, pads, OH, OW, include_pad: bool, op: str) -> None:
+    top = lw.data_type.binary_point if lw.data_type.is_fixed else None
+    if top is None or pool_shift(k[0] * k[1]) <= top:
+        out = lw.new_act(node.outputs[0], x.C, OH, OW)
+        average_layer(lw, node.name, node, x, out, k, stride, dil, pads, include_pad, op)
+    else:
+        rows = lw.new_act(f"{node.name}/rows", x.C, x.H, OW)
+        average_layer(lw, f"{node.name}/rows", node, x, rows, (1, k[1]), (1, stride[1]), (1, dil[1]),
+                      (0, pads[1], 0, pads[3]), include_pad, op)
+        out = lw.new_act(node.outputs[0], x.C, OH, OW)
+        average_layer(lw, node.name, node, rows, out, (k[0], 1), (stride[0], 1), (dil[0], 1),
+                      (pads[0], 0, pads[2], 0), include_pad, op)
+    lw.bind(node.outputs[0], out)
+
+
+@handles("AveragePool")
+class AveragePool(OpHandler):
+    def check(self, node, lw):
+        reason = lw.activation_reason(node, 0)
+        if reason:
+            return reason
+        geometry = pool_geometry(node, lw, lw.input_activation(node, 0))
+        return geometry if isinstance(geometry, str) else _size_reason(lw, geometry[0])
+
+    def lower(self, node, lw):
+        x = lw.act_of(node, 0)
+        k, stride, dil, pads, out_shape = pool_geometry(node, lw, x)
+        include = bool(int(node.attr("count_include_pad", 0)))
+        average(node, lw, x, k, stride, dil, pads, out_shape[2], out_shape[3], include, "AveragePool")
+
+
+@handles("GlobalAveragePool")
+class GlobalAveragePool(OpHandler):
+    def check(self, node, lw):
+        reason = lw.activation_reason(node, 0)
+        if reason:
+            return reason
+        x = lw.input_activation(node, 0)
+        return _size_reason(lw, (x.H, x.W))
+
+    def lower(self, node, lw):
+        x = lw.act_of(node, 0)
+        average(node, lw, x, (x.H, x.W), (1, 1), (1, 1), (0, 0, 0, 0), 1, 1, True, "GlobalAveragePool")
+
+
+@handles("ReduceMean")
+class ReduceMean(OpHandler):
+    @staticmethod
+    def _axes(node, lw):
+        axes = node.attr("axes")
+        if axes is None and len(node.inputs) > 1 and node.inputs[1]:
+            axes = lw.const(node, 1).tolist()
+        return axes
+
+    def check(self, node, lw):
+        reason = lw.activation_reason(node, 0)
+        if reason is None and node.attr("axes") is None and len(node.inputs) > 1 and node.inputs[1]:
+            reason = lw.const_reason(node, 1, "axes")
+        if reason:
+            return reason
+        axes = self._axes(node, lw)
+        if axes is None or sorted(int(a) % 4 for a in axes) != [2, 3] or len(lw.ref(node, 0).shape) != 4:
+            return "only the mean over the spatial axes of an NCHW tensor"
+        x = lw.input_activation(node, 0)
+        return _size_reason(lw, (x.H, x.W))
+
+    def lower(self, node, lw):
+        x = lw.act_of(node, 0)
+        average(node, lw, x, (x.H, x.W), (1, 1), (1, 1), (0, 0, 0, 0), 1, 1, True, "ReduceMean")
+        if not int(node.attr("keepdims", 1)):
+            lw.bind(node.outputs[0], lw.refs[node.outputs[0]].act)

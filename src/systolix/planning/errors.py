@@ -1,0 +1,25 @@
+"""What planning refuses: a layer or the program's constants do not fit the memories."""
+
+from __future__ import annotations
+
+from systolix.errors import SystolixError
+
+STRATEGIES = ("local-isolated", "local-vars", "local-consts", "local-vars-and-consts")
+
+
+class SchedulingError(SystolixError):
+    """A layer does not fit the architecture's memories."""
+
+
+class ConstantsDoNotFit(SchedulingError):
+    """The program's constants need more of DRAM1 (or local memory) than the architecture has.
+
+    ``layers`` lists each layer's name, ONNX node names and vectors of constants, in program
+    order: enough for the compiler to cut the graph into programs that fit.
+    """
+
+    def __init__(self, message: str, needed: int, depth: int, where: str, layers: list[tuple[str, list[str], int]],
+                 context: str = ""):
+        super().__init__(message)
+        self.needed, self.depth, self.where, self.layers = needed, depth, where, layers
+        self.context = context  # what the message starts with (the strategy, where it matters)

@@ -1,0 +1,320 @@
+"""Tile layers: for each layer, the stages, partitions and buffers of its ``LayerPlan``.
+
+A conv layer is cut into *stages* (bands of output rows whose input rows fit local memory) and
+each stage into *partitions* (output channel groups whose results fit the accumulators): the
+most channel groups, then the most rows, that fit (``conv``). Within a partition the order is
+weight-stationary: every nonzero N x N weight block is loaded into the array once and the whole
+band streams through it. Local memory during a layer: ``[constants (local-consts) | activations
+(local-vars) | weights (resident, or one chunk at a time) | input band | staging]``; the
+accumulators: ``[tile | second tile (a product of two tensors) ... | broadcast operands | SIMD
+constants]``. Max pools, pixel mixes, shuffles and remaps are cut into bands the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from systolix.ir.hir import ConvLayer, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
+from systolix.ir.lir import Memory
+from systolix.ir.plan import BANDS, ROWS_THEN_GROUPS, Buffer, LayerPlan, Plan, Stage
+from systolix.planning.errors import SchedulingError
+
+
+@dataclass(eq=False)
+class ConvTiling:
+    """The numbers a conv layer's emitter reads: ``rows`` output rows and ``groups`` output
+    channel groups per partition; local addresses of the weights (``resident``: all of them,
+    loaded once; else one chunk of ``weights_size`` at a time), the input band and the staging
+    area; accumulator addresses of the second tile, broadcast operands and SIMD constants."""
+
+    rows: int
+    groups: int
+    band_rows: int
+    diagonal: bool
+    resident: bool
+    weights_base: int
+    weights_size: int
+    band_base: int
+    staging_base: int
+    acc_scratch: int
+    acc_bcast: int
+    acc_const: int
+
+
+@dataclass(eq=False)
+class PoolTiling:
+    """A max pool's ``rows`` output rows and ``groups`` channel groups per partition, its band
+    (then the outputs) from ``band_base``."""
+
+    rows: int
+    groups: int
+    band_base: int
+
+
+@dataclass(eq=False)
+class MixTiling:
+    """A pixel mix's or shuffle's weight blocks from ``weights_base`` (``weights_size``) and
+    input band from ``band_base``."""
+
+    weights_base: int
+    weights_size: int
+    band_base: int
+
+
+@dataclass(eq=False)
+class RemapTiling:
+    """A remap's input rows per stage, in the order they sit in local memory from ``band_base``."""
+
+    rows: list[list[int]]
+    band_base: int
+
+
+def _buffer(name: str, base: int, size: int) -> Buffer:
+    return Buffer(name, Memory.LOCAL, base, size)
+
+
+def _acc(name: str, base: int, size: int) -> Buffer:
+    return Buffer(name, Memory.ACCUMULATORS, base, size)
+
+
+def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool) -> LayerPlan:
+    N = arch.array_size
+    out = layer.output
+    KH, KW = layer.kernel
+    sh, _ = layer.stride
+    dh, _ = layer.dilation
+    pt = layer.pads[0]
+    OH, OW, Go = out.H, out.W, out.G
+    H, W = layer.inputs[0].act.H, layer.inputs[0].act.W
+    for inp in layer.inputs:
+        if (inp.act.H, inp.act.W) != (H, W):
+            raise SchedulingError(f"layer {layer.name!r}: inputs have different spatial sizes")
+    region0 = plan.memory.region0
+    n_simd = consts.simd
+    # Tensor operands of SIMD ops sit in the accumulators beside the tile: a whole tile for an
+    # elementwise product, one vector per channel group for a broadcast one.
+    tile_copies = max([p.tile_copies for p in layer.post_ops], default=1)
+    n_bcast = Go if any(p.broadcast for p in layer.post_ops) else 0
+    acc_avail = (arch.accumulator_depth - n_simd - n_bcast) // tile_copies
+    local_avail = arch.local_depth - region0
+    total_w = consts.stored
+    # A layer whose output channel c reads only input channel c (depthwise, pooling, scaling)
+    # needs in local memory only the input groups of the partition it computes.
+    diagonal = len(layer.inputs) == 1 and layer.inputs[0].diagonal is not None
+    sum_gi = sum(inp.act.G for inp in layer.inputs)
+
+    def rows_in(R: int) -> int:
+        return min(H, (R - 1) * sh + (KH - 1) * dh + 1)
+
+    if OW > acc_avail:
+        raise SchedulingError(
+            f"layer {layer.name!r} needs {OW + n_simd} vectors of accumulators for one output row of one channel group "
+            f"but the architecture has {arch.accumulator_depth}")
+
+    def local_need(R: int, ng: int) -> int:
+        return rows_in(R) * W * (ng if diagonal else sum_gi) + R * OW * ng
+
+    def search(extra: int):
+        """The most output channel groups, then the most rows, that fit with ``extra`` vectors of weights."""
+        for ng in range(min(Go, acc_avail // OW), 0, -1):
+            for R in range(min(OH, acc_avail // (OW * ng)), 0, -1):
+                if local_need(R, ng) + extra <= local_avail:
+                    return R, ng
+        return 0, 0
+
+    resident = consts_local
+    R, ng = (0, 0) if resident else search(total_w)
+    if R:
+        resident = True
+    else:
+        R, ng = search(0 if resident else 1 + N)
+    if not R:
+        raise SchedulingError(
+            f"layer {layer.name!r} needs {local_need(1, 1) + (0 if resident else 1 + N)} vectors of local memory for one output row "
+            f"({rows_in(1)} input rows x {W} pixels x {1 if diagonal else sum_gi} channel groups, {OW} staging, {N + 1} weights) "
+            f"but the architecture has {local_avail}{' after the constants' if region0 else ''}")
+    w_base = region0
+    if resident:
+        w_size = 0 if consts_local else total_w
+    else:
+        w_size = local_avail - local_need(R, ng)
+    in_base = w_base + w_size
+    band = rows_in(R) * W * (ng if diagonal else sum_gi)
+    stage_base = in_base + band
+    acc_const = arch.accumulator_depth - n_simd
+    stages = []
+    for oh0 in range(0, OH, R):
+        oh1 = min(OH, oh0 + R)
+        ih_lo = max(0, oh0 * sh - pt)
+        ih_hi = min(H, (oh1 - 1) * sh - pt + (KH - 1) * dh + 1)
+        stages.append(Stage((oh0, oh1), (ih_lo, max(ih_lo, ih_hi))))
+    tile = R * OW * ng
+    weights = "in place" if consts_local else "resident" if resident else "streamed"
+    return LayerPlan(
+        layer.name, "conv", ROWS_THEN_GROUPS, weights, stages, [(g, min(Go, g + ng)) for g in range(0, Go, ng)],
+        [_buffer("weights", w_base, w_size), _buffer("input band", in_base, band), _buffer("staging", stage_base, tile)],
+        [_acc("tile", 0, tile), _acc("second tile", tile, tile * (tile_copies - 1)), _acc("broadcast", acc_const - n_bcast, n_bcast),
+         _acc("SIMD constants", acc_const, n_simd)],
+        stage_base + tile, tile_copies * tile + n_simd + n_bcast,
+        ConvTiling(R, ng, rows_in(R), diagonal, resident, w_base, w_size, in_base, stage_base, tile, acc_const - n_bcast, acc_const))
+
+
+def maxpool(layer: MaxPoolLayer, consts, plan: Plan, arch, consts_local: bool) -> LayerPlan:
+    x, out = layer.input, layer.output
+    KH, _ = layer.kernel
+    sh, _ = layer.stride
+    dh, _ = layer.dilation
+    pt = layer.pads[0]
+    H, W, OH, OW, G = x.H, x.W, out.H, out.W, x.G
+    region0 = plan.memory.region0
+
+    def rows_in(R):
+        return min(H, (R - 1) * sh + (KH - 1) * dh + 1)
+
+    found = None
+    for ng in range(G, 0, -1):
+        for R in range(OH, 0, -1):
+            acc = ng * (rows_in(R) * W + R * OW)
+            loc = ng * max(rows_in(R) * W, R * OW)
+            if acc <= arch.accumulator_depth and region0 + loc <= arch.local_depth:
+                found = (ng, R)
+                break
+        if found:
+            break
+    if found is None:
+        raise SchedulingError(
+            f"layer {layer.name!r} needs {rows_in(1) * W + OW} vectors of accumulators and {region0 + max(rows_in(1) * W, OW)} of local memory "
+            f"for one output row of one channel group; the architecture has {arch.accumulator_depth} and {arch.local_depth}")
+    ng, R = found
+    stages, acc_peak = [], 0
+    for oh0 in range(0, OH, R):
+        oh1 = min(OH, oh0 + R)
+        ih_lo = max(0, oh0 * sh - pt)
+        ih_hi = min(H, (oh1 - 1) * sh - pt + (KH - 1) * dh + 1)
+        stages.append(Stage((oh0, oh1), (ih_lo, ih_hi)))
+        for g0 in range(0, G, ng):
+            g1 = min(G, g0 + ng)
+            acc_peak = max(acc_peak, (g1 - g0) * (ih_hi - ih_lo) * W + (g1 - g0) * (oh1 - oh0) * OW)
+    size = ng * max(rows_in(R) * W, R * OW)
+    return LayerPlan(layer.name, "maxpool", ROWS_THEN_GROUPS, "none", stages, [(g, min(G, g + ng)) for g in range(0, G, ng)],
+                     [_buffer("input band, then outputs", region0, size)],
+                     [_acc("inputs", 0, ng * rows_in(R) * W), _acc("outputs", ng * rows_in(R) * W, ng * R * OW)],
+                     region0 + size, acc_peak, PoolTiling(R, ng, region0))
+
+
+def _bands(count: int, inputs_of: tuple[np.ndarray, np.ndarray], fits, refuse) -> list[Stage]:
+    """Consecutive outputs ``[a, b)`` as long as ``fits(outputs, inputs)`` holds for them and the
+    span of inputs they read (``inputs_of``: each output's first and last input, -1 for none);
+    ``refuse(a)`` is the error when not even output ``a`` alone fits."""
+    lo_of, hi_of = inputs_of
+    stages = []
+    a = 0
+    while a < count:
+        lo, hi, b = np.iinfo(np.int64).max, -1, a
+        while b < count:
+            nlo, nhi = (min(lo, lo_of[b]), max(hi, hi_of[b])) if hi_of[b] >= 0 else (lo, hi)
+            if not fits(b + 1 - a, nhi - nlo + 1 if nhi >= 0 else 0):
+                break
+            lo, hi, b = nlo, nhi, b + 1
+        if b == a:
+            raise refuse(a)
+        n_in = hi - lo + 1 if hi >= 0 else 0
+        stages.append(Stage((a, b), (int(lo), int(lo) + int(n_in)) if n_in else (0, 0)))
+        a = b
+    return stages
+
+
+def _input_spans(count: int, outputs: np.ndarray, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lo_of = np.full(count, np.iinfo(np.int64).max)
+    hi_of = np.full(count, -1)
+    np.minimum.at(lo_of, outputs, inputs)
+    np.maximum.at(hi_of, outputs, inputs)
+    return lo_of, hi_of
+
+
+def pixelmix(layer: PixelMixLayer, consts, plan: Plan, arch, consts_local: bool) -> LayerPlan:
+    N = arch.array_size
+    G = layer.input.G
+    region0 = plan.memory.region0
+    w_size = 0 if consts_local else len(consts.values) * N
+    in_base = region0 + w_size
+    room = arch.local_depth - in_base
+    spans = _input_spans(layer.output.P, consts.out_pixel, consts.in_pixel)
+
+    def refuse(a):
+        lo_of, hi_of = spans
+        return SchedulingError(
+            f"layer {layer.name!r} needs {w_size} vectors of local memory for its {len(consts.values)} distinct coefficients "
+            f"plus {G * (max(0, hi_of[a] - lo_of[a]) + 2)} for one output pixel, but the architecture has {arch.local_depth - region0}")
+
+    stages = _bands(layer.output.P, spans, lambda n_out, n_in: G * n_out <= arch.accumulator_depth and G * n_in + G * n_out <= room,
+                    refuse)
+    local_peak = max((in_base + G * (s.inputs[1] - s.inputs[0]) + G * (s.outputs[1] - s.outputs[0]) for s in stages), default=0)
+    acc_peak = max((G * (s.outputs[1] - s.outputs[0]) for s in stages), default=0)
+    return LayerPlan(layer.name, "pixelmix", BANDS, "in place" if consts_local else "resident", stages, [(0, G)],
+                     [_buffer("weights", region0, w_size), _buffer("input band, then staging", in_base, local_peak - in_base)],
+                     [_acc("tile", 0, acc_peak)], local_peak, acc_peak, MixTiling(region0, w_size, in_base))
+
+
+def shuffle(layer: ShuffleLayer, consts, plan: Plan, arch, consts_local: bool) -> LayerPlan:
+    N = arch.array_size
+    out = layer.output
+    region0 = plan.memory.region0
+    in_base = region0 + (0 if consts_local else N)
+    room = arch.local_depth - in_base
+    count = out.G * out.P
+    stages = _bands(count, _input_spans(count, consts.out_vector, consts.in_vector),
+                    lambda n_out, n_in: n_out <= arch.accumulator_depth and n_in + n_out <= room,
+                    lambda a: SchedulingError(f"layer {layer.name!r} needs more than {room} vectors of local memory for one output vector"))
+    local_peak = max((in_base + (s.inputs[1] - s.inputs[0]) + (s.outputs[1] - s.outputs[0]) for s in stages), default=0)
+    acc_peak = max((s.outputs[1] - s.outputs[0] for s in stages), default=0)
+    return LayerPlan(layer.name, "shuffle", BANDS, "in place" if consts_local else "streamed", stages, [(0, out.G)],
+                     [_buffer("weights", region0, in_base - region0), _buffer("input band, then staging", in_base, local_peak - in_base)],
+                     [_acc("tile", 0, acc_peak)], local_peak, acc_peak, MixTiling(region0, in_base - region0, in_base))
+
+
+def remap(layer: RemapLayer, consts, plan: Plan, arch, consts_local: bool) -> LayerPlan:
+    x = layer.input
+    src = layer.source
+    OH = src.shape[0]
+    W, G = x.W, x.G
+    region0 = plan.memory.region0
+    avail = arch.local_depth - region0
+    if W * G > avail:
+        raise SchedulingError(f"layer {layer.name!r} needs {W * G} vectors of local memory for one input row; the architecture has {avail}")
+    stages, rows, local_peak = [], [], 0
+    oh = 0
+    while oh < OH:
+        # As many output rows as their distinct input rows fit local memory.
+        needed: dict[int, int] = {}
+        oh1 = oh
+        while oh1 < OH:
+            new = set(src[oh1, :, 0].tolist()) - set(needed)
+            if (len(needed) + len(new)) * W * G > avail:
+                break
+            for r in sorted(new):
+                needed[r] = len(needed)
+            oh1 += 1
+        if oh1 == oh:
+            raise SchedulingError(
+                f"layer {layer.name!r} needs more than {avail} vectors of local memory for the input rows of output row {oh}")
+        stages.append(Stage((oh, oh1), (min(needed), max(needed) + 1)))
+        rows.append(list(needed))
+        local_peak = max(local_peak, region0 + len(needed) * W * G)
+        oh = oh1
+    return LayerPlan(layer.name, "remap", BANDS, "none", stages, [(0, G)], [_buffer("input rows", region0, local_peak - region0)],
+                     [], local_peak, 0, RemapTiling(rows, region0))
+
+
+TILERS = {ConvLayer: conv, MaxPoolLayer: maxpool, PixelMixLayer: pixelmix, ShuffleLayer: shuffle, RemapLayer: remap}
+
+
+def tile_layers(plan: Plan, ctx) -> Plan:
+    """The pass: a ``LayerPlan`` for every layer."""
+    consts_local = plan.memory.consts_local
+    layers = [TILERS[type(layer)](layer, c.data, plan, ctx.arch, consts_local)
+              for layer, c in zip(plan.hir.layers, plan.constants.layers)]
+    return dataclasses.replace(plan, layers=layers)
