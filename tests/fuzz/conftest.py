@@ -32,6 +32,19 @@ FUZZ = dict(
 )
 settings.register_profile("systolix-fuzz", **FUZZ)
 
+
+def each_kind(kinds, **others):
+    """Run a fuzz case once on every kind (hypothesis's explicit examples, with ``others`` fixed)
+    before the drawn ones, so that a test's "every kind was tried" does not hang on its draws."""
+    from hypothesis import example
+
+    def decorate(case):
+        for kind in kinds:
+            case = example(kind=kind, **others)(case)
+        return case
+
+    return decorate
+
 #: Cases run, by test (reported at the end of the session).
 CASES: Counter = Counter()
 

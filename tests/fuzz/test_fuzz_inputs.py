@@ -19,7 +19,7 @@ from systolix.artifacts import read_vectors_csv
 from systolix.artifacts.arrays import read_arrays
 from systolix.errors import ArtifactError, SystolixError
 from systolix.runtime import RuntimeInputError, SaturationWarning
-from tests.fuzz.conftest import FUZZ, count, partitioned_manifest, tiny_manifest
+from tests.fuzz.conftest import FUZZ, count, each_kind, partitioned_manifest, tiny_manifest
 from tests.fuzz.harness import assert_clean_error, cli
 
 X = np.array([[1.0, 2.0, 0.5]], np.float32)
@@ -110,7 +110,10 @@ def test_broken_array_files(ws):
     seen = []
     model = tiny_manifest(ws.tiny)
 
-    def check(kind, k):
+    @settings(max_examples=150, **FUZZ)
+    @given(kind=st.sampled_from(NPY_BREAKS), k=st.integers(0, 2**20))
+    @each_kind(NPY_BREAKS, k=0)
+    def case(kind, k):
         data, suffix = _broken_array_file(kind, k)
         folder = ws.case_dir()
         path = folder / f"input{suffix}"
@@ -123,15 +126,6 @@ def test_broken_array_files(ws):
             loaded = read_arrays(path)
             systolix.load(model).run(loaded if isinstance(loaded, np.ndarray) else loaded)
         seen.append(kind)
-
-    # Every kind once (whatever hypothesis draws), then random kinds and sizes.
-    for kind in NPY_BREAKS:
-        check(kind, 0)
-
-    @settings(max_examples=150 - len(NPY_BREAKS), **FUZZ)
-    @given(kind=st.sampled_from(NPY_BREAKS), k=st.integers(0, 2**20))
-    def case(kind, k):
-        check(kind, k)
 
     case()
     count("inputs: a broken .npy/.npz file (run, API)", len(seen))
@@ -192,6 +186,7 @@ def test_broken_csv_files(ws):
 
     @settings(max_examples=60, **FUZZ)
     @given(kind=st.sampled_from(CSV_BREAKS), k=st.integers(0, 1000))
+    @each_kind(CSV_BREAKS, k=0)
     def case(kind, k):
         folder = ws.case_dir()
         path = folder / "x.csv"

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import systolix
 from systolix.errors import SystolixError
-from tests.fuzz.conftest import FUZZ, SECRET_MARKER, count, partitioned_manifest, tiny_manifest
+from tests.fuzz.conftest import FUZZ, SECRET_MARKER, count, each_kind, partitioned_manifest, tiny_manifest
 from tests.fuzz.harness import assert_clean_error, cli
 
 DELETE = object()
@@ -275,6 +275,7 @@ def test_manifests_that_are_not_valid_json(ws):
 
     @settings(max_examples=60, **FUZZ)
     @given(kind=st.sampled_from(JSON_BREAKS), k=st.integers(0, 10**6))
+    @each_kind(JSON_BREAKS, k=0)
     def case(kind, k):
         folder = ws.copy(ws.tiny)
         manifest = tiny_manifest(folder)

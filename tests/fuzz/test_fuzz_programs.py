@@ -21,7 +21,7 @@ from systolix.errors import ArchitectureError, SystolixError
 from systolix.isa import SIMD, DataFlow, DataMove, InstructionLayout, LoadWeights, MatMul, SimdOp, decode_program, encode
 from systolix.isa.instructions import LoadLUT
 from systolix.limits import MemoryLimitError
-from tests.fuzz.conftest import FUZZ, count, tiny_manifest
+from tests.fuzz.conftest import FUZZ, count, each_kind, tiny_manifest
 from tests.fuzz.harness import assert_clean_error, cli
 from tests.unit.test_emulator_runtime import ARCH
 
@@ -113,6 +113,7 @@ def test_program_bytes_that_do_not_decode(ws):
 
     @settings(max_examples=60, **FUZZ)
     @given(kind=st.sampled_from(PROGRAM_BREAKS), at=st.integers(0, 7), k=st.integers(0, 1000))
+    @each_kind(PROGRAM_BREAKS, at=0, k=0)
     def case(kind, at, k):
         folder = ws.copy(ws.tiny)
         manifest = tiny_manifest(folder)
