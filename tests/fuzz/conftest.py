@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.conftest import FUZZ_CASES
 
 #: Hypothesis settings for every fuzz test: the same examples on every run (CI is reproducible),
 #: no example database, no per-example deadline (each case has its own time limit instead).
@@ -45,24 +46,13 @@ def each_kind(kinds, **others):
 
     return decorate
 
-#: Cases run, by test (reported at the end of the session).
-CASES: Counter = Counter()
-
 #: Size of the secret program outside the model folders: no message may ever show it.
 SECRET_PROGRAM_VECTORS = 811
 SECRET_MARKER = "SECRET-CONTENTS-7f3a"
 
 
 def count(test: str, n: int = 1) -> None:
-    CASES[test] += n
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if CASES:
-        total = sum(CASES.values())
-        terminalreporter.write_sep("-", f"fuzz: {total} bad inputs checked")
-        for name, n in sorted(CASES.items()):
-            terminalreporter.write_line(f"  {n:5d}  {name}")
+    FUZZ_CASES[test] += n
 
 
 @dataclass
