@@ -609,6 +609,23 @@ def _(b):
     _out(b, b.unary("Identity", b.relu(b.dropout(x, 0.3))))
 
 
+@case("ops/dropout_mask_unused", "Conv-Dropout-Relu with the mask output named but unread (older exporters), opsets 9 to 11",
+      default_opset=9, max_opset=11)
+def _(b):
+    x = b.conv(_x(b, 5, 6, 7), 17, 3, pads=1)
+    y, _mask = b.node("Dropout", [x], n_outputs=2, name="dropout", ratio=0.3)
+    b.channels[y] = 17
+    _out(b, b.relu(y))
+
+
+@case("ops/depth_to_space", "Conv 5 -> 12, DepthToSpace 2 (DCR; CRD from opset 11) then a conv, 5x7", min_opset=11)
+def _(b):
+    x = b.conv(_x(b, 5, 5, 7), 12, 3, pads=1)
+    y = b.node("DepthToSpace", [x], name="d2s", blocksize=2, mode="CRD")
+    b.channels[y] = 3
+    _out(b, b.conv(y, 5, 3, pads=1))
+
+
 @case("ops/constant_subgraphs", "Conv whose weights, bias and a scale come from Constant, Reshape, Cast, "
       "ConstantOfShape, Concat and Slice subgraphs (all foldable)", min_opset=11)
 def _(b):
