@@ -156,9 +156,10 @@ def emit_remap(layer: RemapLayer, plan: LayerPlan, consts, memory: MemoryMap, e:
         for r, slot in slot_of.items():
             for g in range(G):
                 e.move(xb + g * xgs + r * xhs, region0 + (g * nr + slot) * W, W, xws, 1)
-        for g in range(G):
+        for g in range(out.G):
             for o in range(oh, oh1):
                 slots = np.array([slot_of[int(r)] for r in src[o, :, 0]])
-                local = region0 + (g * nr + slots) * W + src[o, :, 1]
+                groups = g if layer.group_offset is None else g + layer.group_offset[o]
+                local = region0 + (groups * nr + slots) * W + src[o, :, 1]
                 far = ob + g * ogs + o * ohs + np.arange(OW) * ows
                 e.pairs(local, far, to_local=False)
