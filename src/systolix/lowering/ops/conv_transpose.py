@@ -55,20 +55,39 @@ def crop_origin(node, lw, H: int, W: int, KH: int, KW: int, OH: int, OW: int):
         y = session(model, source=f"node {node.name!r} (ConvTranspose)").run(None, {"x": x[None, None]})[0][0, 0]
         full = full_transposed(x, k, *lw_geometry(node)[:2])
         FH, FW = full.shape
+
+        big = np.zeros((FH + 2 * OH, FW + 2 * OW))  # the uncropped result, zeros past its ends
+        big[OH:OH + FH, OW:OW + FW] = full
+
+        def matches(top, left):
+            return np.array_equal(big[OH + top:OH + top + OH, OW + left:OW + left + OW], y)
+
         found = None
         if y.shape == (OH, OW):
-            # The output is the uncropped result shifted, with zeros past its ends.
-            big = np.zeros((FH + 2 * OH, FW + 2 * OW))
-            big[OH:OH + FH, OW:OW + FW] = full
-            for top in range(-OH, FH + 1):
-                for left in range(-OW, FW + 1):
-                    if np.array_equal(big[OH + top:OH + top + OH, OW + left:OW + left + OW], y):
-                        found = (top, left)
-                        break
-                if found:
-                    break
+            # The spec's pads first (and SAME_UPPER/SAME_LOWER read the other way), then any shift
+            # of a small output.
+            guesses = [spec_origin(node, H, W, KH, KW, OH, OW, upper) for upper in (True, False)]
+            if OH * OW * (FH + OH) * (FW + OW) <= 10 ** 8:
+                guesses += [(t, u) for t in range(-OH, FH + 1) for u in range(-OW, FW + 1)]
+            found = next((g for g in guesses if matches(*g)), None)
         lw.probes[key] = found
     return lw.probes[key]
+
+
+def spec_origin(node, H: int, W: int, KH: int, KW: int, OH: int, OW: int, upper: bool):
+    """``(top, left)`` as the ONNX spec derives them from pads, ``auto_pad`` and the output size
+    (``upper``: where SAME_UPPER puts the odd pixel)."""
+    auto = node.attr("auto_pad", "NOTSET")
+    if node.attr("output_shape") is None and auto not in ("SAME_UPPER", "SAME_LOWER"):
+        pads = node.attr("pads") or [0, 0, 0, 0]
+        return int(pads[0]), int(pads[1])
+    stride, dil, _ = lw_geometry(node)
+    opad = pair(node.attr("output_padding"), (0, 0))
+    origin = []
+    for size, k, s, d, op, out in ((H, KH, stride[0], dil[0], opad[0], OH), (W, KW, stride[1], dil[1], opad[1], OW)):
+        total = s * (size - 1) + op + (k - 1) * d + 1 - out
+        origin.append(total // 2 if (auto == "SAME_UPPER") == upper else total - total // 2)
+    return tuple(origin)
 
 
 def lw_geometry(node):
