@@ -88,7 +88,9 @@ def _tensors_plan(node, lw, kind: str):
         return AddTensor, 0, 1, 1.0 if kind == "Add" else -1.0
     if kind == "Mul" and tuple(ra.shape) == tuple(rb.shape) == out_shape:
         return MulTensor, 0, 1, 1.0
-    return f"{kind} of two computed tensors"
+    if kind == "Div":
+        return "a division by a computed tensor; the accelerator divides only by a constant"
+    return f"{kind} of two computed tensors of shapes {list(ra.shape)} and {list(rb.shape)}"
 
 
 def _constant_plan(node, lw, kind: str):
