@@ -128,3 +128,21 @@ def test_unet_decoder_runs_wholly_on_the_accelerator(arch):
     err, bound = float(np.max(np.abs(got - expected))), output_bounds(model, feeds)["y"]
     print(f"{arch}: largest error {err / 2 ** -8:.2f} LSB, {err / bound:.0%} of its bound")
     assert err <= bound, f"max error {err:.4f} > bound {bound:.4f}"
+
+
+@pytest.mark.needs_emulator
+@pytest.mark.needs_onnxruntime
+def test_a_wide_interleave_takes_output_channel_groups_a_few_at_a_time():
+    """One row of all four phases' 3 channel groups (1,200 vectors) exceeds a 1,024-vector local
+    memory: the interleave loads, for a few output groups at a time, only their phases' groups."""
+    from systolix.arch import get_architecture
+
+    arch = get_architecture("pynqz1").model_copy(update={"local_depth": 1024})
+    model, feeds = conv_transpose(3, 17, (4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, h=3, w=100)
+    plan = ir_of(model, arch, until="tile layers")
+    interleave = next(p for p in plan.layers if p.layer == "up/interleave")
+    assert interleave.partitions == [(0, 2), (2, 3)]
+    compiled = compile_model(model, arch, host=False)
+    expected = reference(model, feeds)["y"]
+    err, bound = float(np.max(np.abs(compiled.run(feeds)["y"] - expected))), output_bounds(model, feeds)["y"]
+    assert err <= bound, f"max error {err:.4f} > bound {bound:.4f}"
