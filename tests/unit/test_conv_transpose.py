@@ -146,3 +146,15 @@ def test_a_wide_interleave_takes_output_channel_groups_a_few_at_a_time():
     expected = reference(model, feeds)["y"]
     err, bound = float(np.max(np.abs(compiled.run(feeds)["y"] - expected))), output_bounds(model, feeds)["y"]
     assert err <= bound, f"max error {err:.4f} > bound {bound:.4f}"
+
+
+def test_batch_norm_and_relu_after_it_join_the_phases():
+    """The interleave only moves pixels: the batch norm folds into every phase's weights and the
+    ReLU joins every phase's post-ops, so no layer is left between the interleave and the head."""
+    model, _ = unet_decoder()
+    hir = ir_of(model)
+    up = [layer for layer in hir.layers if layer.name.startswith("up4x4/")]
+    assert [layer.kind for layer in up] == ["conv"] * 4 + ["remap"]
+    assert all(layer.ops == ["ConvTranspose", "BatchNormalization", "Relu"] for layer in up)
+    assert all([p.kind for p in layer.post_ops] == ["relu"] for layer in up[:4])
+    assert hir.layers[hir.layers.index(up[-1]) + 1].name == "head"
