@@ -69,13 +69,14 @@ def test_batch_norm_in_training_mode_runs_on_the_host(opset):
     assert compiled.summary.host_nodes == ["bn"]
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
 @pytest.mark.parametrize("opset", [7, 8, 9])
-def test_upsample_nearest_runs_as_a_resize(opset):
+def test_upsample_runs_as_a_resize(opset, mode):
     scales = [1.0, 1.0, 2.0, 3.0]
     if opset < 9:
-        node, inits = helper.make_node("Upsample", ["c"], ["y"], name="up", mode="nearest", scales=scales), {}
+        node, inits = helper.make_node("Upsample", ["c"], ["y"], name="up", mode=mode, scales=scales), {}
     else:
-        node, inits = helper.make_node("Upsample", ["c", "scales"], ["y"], name="up", mode="nearest"), {"scales": np.array(scales, np.float32)}
+        node, inits = helper.make_node("Upsample", ["c", "scales"], ["y"], name="up", mode=mode), {"scales": np.array(scales, np.float32)}
     check(conv_then([node], opset, inits), host=False)
 
 
