@@ -121,11 +121,17 @@ def output_bounds(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[
         op = n.op_type
         if n.name in folded and n.name:
             out_var = v(x)
-        elif op in ("Conv", "Gemm", "MatMul"):
+        elif op in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
             wname = ins[1] if ins[1] in consts else ins[0]
             xname = ins[0] if wname == ins[1] else ins[1]
             w = np.asarray(consts.get(wname, values.get(wname)), np.float64)
-            if op == "Conv":
+            if op == "ConvTranspose":
+                # [in, out/group, KH, KW] -> [out, in/group, taps]: every tap counted, as if each
+                # output summed them all (an output sums about 1/stride^2 of them).
+                group = next((a.i for a in n.attribute if a.name == "group"), 1)
+                cig, cog = w.shape[0] // group, w.shape[1]
+                wm = w.reshape(group, cig, cog, -1).transpose(0, 2, 1, 3).reshape(group * cog, cig, -1)
+            elif op == "Conv":
                 wm = w.reshape(w.shape[0], w.shape[1], -1)  # [out, in/group, taps]
             else:
                 trans_b = op == "Gemm" and any(a.name == "transB" and a.i for a in n.attribute)
@@ -147,7 +153,7 @@ def output_bounds(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[
             k = wm.shape[1] * wm.shape[2]
             vin = v(xname)
             group_in = wm.shape[1]
-            if op == "Conv" and vin.size > 1:
+            if op in ("Conv", "ConvTranspose") and vin.size > 1:
                 groups = vin.size // group_in
                 per_out = wm.shape[0] // max(groups, 1)
                 vin_o = np.stack([vin[(o // per_out) * group_in:(o // per_out + 1) * group_in] for o in range(wm.shape[0])])

@@ -46,7 +46,8 @@ def test_op_case_matches_onnxruntime(name, arch):
     if name.startswith(("ops/conv", "ops/maxpool", "ops/avgpool", "ops/batchnorm", "ops/relu", "ops/clip", "ops/concat",
                         "ops/split", "ops/pad_edge", "ops/pad_reflect", "ops/resize", "ops/upsample", "ops/flatten",
                         "ops/transpose", "ops/reshape", "ops/squeeze", "ops/add", "ops/sub", "ops/mul", "ops/gemm_c", "ops/matmul",
-                        "ops/pad", "ops/prelu", "ops/leakyrelu", "ops/globalavgpool", "ops/identity", "ops/constant", "cnn/")):
+                        "ops/pad", "ops/prelu", "ops/leakyrelu", "ops/globalavgpool", "ops/identity", "ops/constant", "ops/dropout",
+                        "ops/depth_to_space", "cnn/")):
         assert not compiled.summary.host_nodes, f"{name} should run wholly on the accelerator"
 
 

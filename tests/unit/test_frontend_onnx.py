@@ -35,14 +35,14 @@ def test_empty_and_missing_file(tmp_path):
         to_graph(tmp_path / "absent.onnx")
 
 
-@pytest.mark.parametrize("opset", [8, 22])
+@pytest.mark.parametrize("opset", [6, 22])
 def test_unsupported_opset(opset):
     m = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", [1, 4])], [("y", [1, 4])], opset=opset)
     with pytest.raises(FrontendError, match=f"opset {opset} is not supported"):
         to_graph(m)
 
 
-@pytest.mark.parametrize("opset", [9, 13, 21])
+@pytest.mark.parametrize("opset", [7, 9, 13, 21])
 def test_supported_opsets(opset):
     m = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", [1, 4])], [("y", [1, 4])], opset=opset)
     g = to_graph(m)

@@ -125,9 +125,33 @@ def test_the_support_table_gives_each_refused_node_its_reason():
     m = make_model(nodes, [("x", [4, 4])], [("y", None)], {"w": w})
     graph = ir_of(m, until="place on host")
     assert {graph.nodes[i].name: reason for i, reason in graph.host.items()} == {
-        "gemm_t": "transA=1",
+        "gemm_t": "transA=1: the accelerator multiplies a computed A by a constant B; export the Gemm with transA=0",
         "softmax": NO_IMPLEMENTATION,
         "both_computed": "only a MatMul with a constant operand runs on the accelerator",
+    }
+
+
+LAID = " (it holds tensors of batch 1: NCHW, [1, M, K], [M, K] or vectors)"
+
+
+def test_reasons_name_what_to_change():
+    """A host node's reason says what in the model stops it, in words a user can act on; an
+    option that changes nothing the accelerator computes (MaxPool's storage_order without its
+    Indices) stops nothing."""
+    nodes = [helper.make_node("Dropout", ["x"], ["d", "mask"], name="drop"),
+             helper.make_node("Cast", ["mask"], ["m"], name="cast", to=1),
+             helper.make_node("Add", ["d", "m"], ["a"], name="add"),
+             helper.make_node("MaxPool", ["a"], ["p"], name="pool", kernel_shape=[2, 2], storage_order=1),
+             helper.make_node("Clip", ["p", "lo"], ["y"], name="clip"),
+             helper.make_node("ReduceMin", ["p"], ["lo"], name="min", keepdims=0)]
+    nodes = nodes[:4] + [nodes[5], nodes[4]]
+    m = make_model(nodes, [("x", [1, 3, 6, 6])], [("y", None)], opset=11)
+    graph = ir_of(m, until="place on host")
+    assert {graph.nodes[i].name: reason for i, reason in graph.host.items()} == {
+        "drop": "its mask output is read by another node; the accelerator runs Dropout only as the identity of inference",
+        "cast": NO_IMPLEMENTATION,
+        "min": NO_IMPLEMENTATION,
+        "clip": "its min/max are computed tensors; the accelerator needs them as constants when compiling",
     }
 
 
@@ -145,9 +169,9 @@ def test_a_view_the_host_needs_in_a_shape_dram0_cannot_hold_goes_to_the_host_too
     m = make_model(nodes, [("x", [1, 8, 4, 4])], [("y", None)], {"s5": shape5, "s4": shape4})
     graph = ir_of(m, until="place on host")
     assert {graph.nodes[i].name: reason for i, reason in graph.host.items()} == {
-        "to5": "input shape [1, 2, 4, 4, 4] cannot be laid out on the accelerator",
+        "to5": "input shape [1, 2, 4, 4, 4] cannot be laid out on the accelerator" + LAID,
         "softmax": NO_IMPLEMENTATION,
-        "to4": "input 's' of shape [1, 2, 4, 4, 4] cannot be laid out on the accelerator",
+        "to4": "input 's' of shape [1, 2, 4, 4, 4] cannot be laid out on the accelerator" + LAID,
     }
     program = ir_of(m, until="partition")
     assert [(s.kind, [graph.nodes[i].name for i in s.nodes]) for s in program.segments] == [

@@ -153,12 +153,16 @@ def emit_remap(layer: RemapLayer, plan: LayerPlan, consts, memory: MemoryMap, e:
         oh, oh1 = s.outputs
         nr = len(rows)
         slot_of = {r: k for k, r in enumerate(rows)}
-        for r, slot in slot_of.items():
-            for g in range(G):
-                e.move(xb + g * xgs + r * xhs, region0 + (g * nr + slot) * W, W, xws, 1)
-        for g in range(G):
-            for o in range(oh, oh1):
-                slots = np.array([slot_of[int(r)] for r in src[o, :, 0]])
-                local = region0 + (g * nr + slots) * W + src[o, :, 1]
-                far = ob + g * ogs + o * ohs + np.arange(OW) * ows
-                e.pairs(local, far, to_local=False)
+        for (g0, g1), groups in zip(plan.partitions, plan.detail.groups):
+            index = np.zeros(G, np.int64)  # input group -> its place among the loaded ones
+            index[groups] = np.arange(len(groups))
+            for r, slot in slot_of.items():
+                for k, gi in enumerate(groups):
+                    e.move(xb + gi * xgs + r * xhs, region0 + (k * nr + slot) * W, W, xws, 1)
+            for g in range(g0, min(g1, out.G)):
+                for o in range(oh, oh1):
+                    slots = np.array([slot_of[int(r)] for r in src[o, :, 0]])
+                    k = index[g] if layer.group_offset is None else index[g + layer.group_offset[o]]
+                    local = region0 + (k * nr + slots) * W + src[o, :, 1]
+                    far = ob + g * ogs + o * ohs + np.arange(OW) * ows
+                    e.pairs(local, far, to_local=False)

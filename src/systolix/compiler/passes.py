@@ -4,7 +4,8 @@
 ``segment`` passes take one accelerator segment's IR and run on every accelerator segment::
 
     Graph --place on host--> Graph --partition--> Program
-    per segment: Graph --lower--> HIR --fold batch norms, fuse post-ops, eliminate dead layers,
+    per segment: Graph --lower--> HIR --through interleaves, fold batch norms, fuse post-ops,
+                 eliminate dead layers,
                  [split long reductions, measure ranges, amplify weights, round weights:
                   calibrated compiles]--> HIR --place constants--> Plan
     Program --split constants--> Program
@@ -29,6 +30,7 @@ from systolix.hir_passes.fuse_post_ops import fuse_post_ops
 from systolix.hir_passes.measure_ranges import measure_ranges
 from systolix.hir_passes.round_weights import round_weights
 from systolix.hir_passes.split_long_reductions import split_long_reductions
+from systolix.hir_passes.through_interleaves import through_interleaves
 from systolix.lowering import lower
 from systolix.planning.allocators import allocate_memory
 from systolix.planning.constants import place_constants
@@ -48,6 +50,7 @@ PASSES = (
     Pass("place on host", place_on_host, MODEL),
     Pass("partition", partition_graph, MODEL),
     Pass("lower", lower, SEGMENT),
+    Pass("through interleaves", through_interleaves, SEGMENT),
     Pass("fold batch norms", fold_batch_norms, SEGMENT),
     Pass("fuse post-ops", fuse_post_ops, SEGMENT),
     Pass("eliminate dead layers", eliminate_dead_layers, SEGMENT),

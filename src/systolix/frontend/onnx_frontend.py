@@ -17,7 +17,8 @@ from onnx import numpy_helper
 from systolix.errors import SystolixError
 from systolix.ir import Graph, Node, Tensor
 
-MIN_OPSET = 9
+# Opsets 7 and 8 are what older exporters (Caffe2, early PyTorch and TensorFlow converters) wrote.
+MIN_OPSET = 7
 MAX_OPSET = 21
 # Ops whose value changes from run to run: never folded.
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -212,6 +213,49 @@ def fold_constants(model: onnx.ModelProto, source: str = "model", shapes=None) -
     return new, consts
 
 
+def _names_used(graph: onnx.GraphProto, used: set[str]) -> set[str]:
+    """Every tensor name a node reads, in ``graph`` and the subgraphs of its nodes."""
+    for n in graph.node:
+        used.update(i for i in n.input if i)
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                _names_used(sub, used)
+    return used
+
+
+def drop_unused_optional_outputs(model: onnx.ModelProto) -> None:
+    """Unname every optional output nothing reads (Dropout's mask, MaxPool's indices, a
+    BatchNormalization's statistics at opset 14 or later), in place. Old exporters name them
+    all; their shapes are often unknown (a mask at opset 9) and onnxruntime refuses some (a
+    BatchNormalization's statistics outside training mode). Before opset 14 a
+    BatchNormalization's statistics outputs are what puts it in training mode (onnxruntime
+    then normalises by the batch's own statistics), so they stay."""
+    import onnx.defs
+
+    g = model.graph
+    used = _names_used(g, set()) | {o.name for o in g.output}
+    versions = {o.domain: o.version for o in model.opset_import}
+    opset = versions.get("", versions.get("ai.onnx"))
+    for n in g.node:
+        if n.domain not in ("", "ai.onnx") or len(n.output) < 2 or (n.op_type == "BatchNormalization" and opset < 14):
+            continue
+        try:
+            schema = onnx.defs.get_schema(n.op_type, opset)
+        except Exception:  # an op onnx does not know: onnxruntime will say so
+            continue
+        formal = list(schema.outputs)
+        names = list(n.output)
+        for i, name in enumerate(names):
+            if (name and name not in used and i < len(formal)
+                    and formal[i].option == onnx.defs.OpSchema.FormalParameterOption.Optional):
+                names[i] = ""
+        while names and not names[-1]:
+            names.pop()
+        if names != list(n.output):
+            del n.output[:]
+            n.output.extend(names)
+
+
 def _runtime_shapes(model: onnx.ModelProto, source: str, batch_one: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...], str]]:
     """Every tensor's shape and dtype as onnxruntime computes them, from one run on zeros.
 
@@ -261,6 +305,7 @@ def import_onnx(model_or_path: Any) -> tuple[onnx.ModelProto, str, dict[str, tup
     model_copy = onnx.ModelProto()
     model_copy.CopyFrom(model)
     model = model_copy
+    drop_unused_optional_outputs(model)
     # onnxruntime validates the model when it loads it for the shapes below (onnx's checker is
     # stricter than the reference about, e.g., outputs without a declared shape).
     initializer_names = {t.name for t in model.graph.initializer}
@@ -295,12 +340,14 @@ def graph_from_model(model: onnx.ModelProto, source: str, shapes) -> Graph:
         if name not in tensors:
             tensors[name] = Tensor(name, shape, dtype)
     nodes = []
+    outputs_and_reads = {o.name for o in g.output} | {i for n in g.node for i in n.input}
     for i, n in enumerate(g.node):
         name = n.name or f"{n.op_type}_{i}"
         if n.domain not in ("", "ai.onnx"):
             raise FrontendError(f"{source}: node {name!r} uses op {n.op_type!r} from domain {n.domain!r}, not standard ONNX")
         for o in n.output:
-            if o and o not in tensors:
+            # (an output nothing reads needs no shape: a training-mode batch norm's statistics)
+            if o and o not in tensors and (o in outputs_and_reads or o == n.output[0]):
                 raise FrontendError(f"{source}: node {name!r} ({n.op_type}): shape inference could not find a static shape for output {o!r}")
         nodes.append(Node(name, n.op_type, list(n.input), [o for o in n.output], _attrs(n)))
     inputs = [vi.name for vi in g.input if vi.name not in {t.name for t in g.initializer}]

@@ -137,7 +137,12 @@ def evaluate(hir: HirProgram, inputs: dict[str, np.ndarray]) -> Evaluation:
             value = _maxpool(ev, layer)
         elif isinstance(layer, RemapLayer):
             x = ev.read(layer.input)
-            value = x[:, layer.source[..., 0], layer.source[..., 1]]
+            rows, cols = layer.source[..., 0], layer.source[..., 1]
+            if layer.group_offset is None:
+                value = x[:, rows, cols]
+            else:
+                channels = np.arange(layer.output.C)[:, None, None] + layer.output.N * layer.group_offset[None]
+                value = x[channels, rows[None], cols[None]]
         elif isinstance(layer, PixelMixLayer):
             x = ev.read(layer.input).reshape(layer.input.C, -1)
             value = np.zeros((layer.output.C, layer.output.P))

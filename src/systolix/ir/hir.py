@@ -233,7 +233,11 @@ class MaxPoolLayer(Layer):
 
 @dataclass(eq=False)
 class RemapLayer(Layer):
-    """Pure data movement: output pixel ``(h, w)`` is input pixel ``source[h, w]`` (all channels)."""
+    """Pure data movement: output pixel ``(h, w)`` is input pixel ``source[h, w]`` (all channels).
+
+    ``group_offset`` (``[OH, OW]``, optional): output pixel ``(h, w)``'s channel group ``g`` comes
+    from the input's group ``g + group_offset[h, w]``, for an input that stacks several tensors
+    of the output's channels as channel groups (a transposed convolution's phases)."""
 
     name: str
     input: Activation
@@ -242,6 +246,7 @@ class RemapLayer(Layer):
     ops: list[str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
     macs: int = 0
+    group_offset: np.ndarray | None = None
 
     kind = "remap"
 
@@ -249,7 +254,10 @@ class RemapLayer(Layer):
         return [self.input]
 
     def details(self) -> list[str]:
-        return [f"source rows {describe_array(self.source[..., 0])}, columns {describe_array(self.source[..., 1])}"]
+        lines = [f"source rows {describe_array(self.source[..., 0])}, columns {describe_array(self.source[..., 1])}"]
+        if self.group_offset is not None:
+            lines.append(f"source channel groups offset by {describe_array(self.group_offset)}")
+        return lines
 
 
 @dataclass(eq=False)

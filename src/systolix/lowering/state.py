@@ -84,7 +84,8 @@ class Lowering:
         if self.g.const(name) is not None:
             return f"input {name!r} is a constant where a computed tensor is expected"
         if name in self.unplaceable:
-            return f"input {name!r} of shape {list(self.unplaceable[name])} cannot be laid out on the accelerator"
+            return (f"input {name!r} of shape {list(self.unplaceable[name])} cannot be laid out on the accelerator"
+                    " (it holds tensors of batch 1: NCHW, [1, M, K], [M, K] or vectors)")
         return f"input {name!r} is not available on the accelerator"
 
     def activation_reason(self, node: Node, index: int = 0) -> str | None:
@@ -93,13 +94,14 @@ class Lowering:
         if reason is None:
             r = self.refs[node.inputs[index]]
             if not r.canonical and canonical_chw(r.shape) is None:
-                return f"input shape {list(r.shape)} cannot be laid out on the accelerator"
+                return (f"input shape {list(r.shape)} cannot be laid out on the accelerator"
+                        " (it holds tensors of batch 1: NCHW, [1, M, K], [M, K] or vectors)")
         return reason
 
     def const_reason(self, node: Node, index: int, what: str) -> str | None:
         name = node.inputs[index] if index < len(node.inputs) else ""
         if (self.g.const(name) if name else None) is None:
-            return f"{what} ({name!r}) is not a constant"
+            return f"{what} ({name!r}) is computed, not a constant; the accelerator needs it as a constant when compiling"
         return None
 
     def optional_const_reason(self, node: Node, index: int, what: str) -> str | None:
@@ -113,7 +115,8 @@ class Lowering:
         r = self.refs.get(name)
         if r is None or r.canonical or self.nhwc_identity(r) or canonical_chw(r.shape) is not None:
             return None
-        return f"input shape {list(r.shape)} cannot be laid out on the accelerator"
+        return (f"input shape {list(r.shape)} cannot be laid out on the accelerator"
+                " (it holds tensors of batch 1: NCHW, [1, M, K], [M, K] or vectors)")
 
     # --- helpers ---------------------------------------------------------------------------------
     def new_act(self, name: str, C: int, H: int, W: int) -> Activation:

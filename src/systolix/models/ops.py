@@ -117,6 +117,31 @@ def _(b):
     _out(b, b.relu(b.conv(x, 33, 3, pads=1)))
 
 
+def _conv_transpose(b, x: str, cout: int, kernel: int, stride: int, pads: int = 0, **attrs) -> str:
+    cin = b.ch(x)
+    w = b.const("up_w", b.normal((cin, cout, kernel, kernel), (2.0 / (cin * kernel * kernel / stride ** 2)) ** 0.5))
+    bias = b.const("up_b", b.normal((cout,), 0.1))
+    y = b.node("ConvTranspose", [x, w, bias], name="up", kernel_shape=[kernel, kernel], strides=[stride, stride],
+               pads=[pads] * 4, **attrs)
+    b.channels[y] = cout
+    return y
+
+
+@case("ops/conv_transpose_2x2_s2", "ConvTranspose 2x2 stride 2 (U-Net up-sampling), 17 -> 5, 5x7 -> 10x14")
+def _(b):
+    _out(b, _conv_transpose(b, b.relu(b.conv(_x(b, 3, 5, 7), 17, 3, pads=1)), 5, 2, 2))
+
+
+@case("ops/conv_transpose_4x4_s2_p1", "ConvTranspose 4x4 stride 2 pad 1 then Relu, 5 -> 33, 6x5 -> 12x10")
+def _(b):
+    _out(b, b.relu(_conv_transpose(b, b.conv(_x(b, 3, 6, 5), 5, 3, pads=1), 33, 4, 2, pads=1)))
+
+
+@case("ops/conv_transpose_3x3_s3_output_padding", "ConvTranspose 3x3 stride 3 pad 1 output_padding 2, 5 -> 17, 4x6")
+def _(b):
+    _out(b, _conv_transpose(b, b.conv(_x(b, 3, 4, 6), 5, 3, pads=1), 17, 3, 3, pads=1, output_padding=[2, 2]))
+
+
 # ------------------------------------------------------------------------------------------ Gemm / MatMul
 @case("ops/gemm_transb", "Gemm transB=1 (PyTorch Linear), 33 -> 17")
 def _(b):
@@ -607,6 +632,23 @@ def _(b):
 def _(b):
     x = b.unary("Identity", b.conv(_x(b, 5, 6, 7), 17, 3, pads=1))
     _out(b, b.unary("Identity", b.relu(b.dropout(x, 0.3))))
+
+
+@case("ops/dropout_mask_unused", "Conv-Dropout-Relu with the mask output named but unread (older exporters), opsets 9 to 11",
+      default_opset=9, max_opset=11)
+def _(b):
+    x = b.conv(_x(b, 5, 6, 7), 17, 3, pads=1)
+    y, _mask = b.node("Dropout", [x], n_outputs=2, name="dropout", ratio=0.3)
+    b.channels[y] = 17
+    _out(b, b.relu(y))
+
+
+@case("ops/depth_to_space", "Conv 5 -> 12, DepthToSpace 2 (DCR; CRD from opset 11) then a conv, 5x7", min_opset=11)
+def _(b):
+    x = b.conv(_x(b, 5, 5, 7), 12, 3, pads=1)
+    y = b.node("DepthToSpace", [x], name="d2s", blocksize=2, mode="CRD")
+    b.channels[y] = 3
+    _out(b, b.conv(y, 5, 3, pads=1))
 
 
 @case("ops/constant_subgraphs", "Conv whose weights, bias and a scale come from Constant, Reshape, Cast, "

@@ -66,10 +66,12 @@ class MixTiling:
 
 @dataclass(eq=False)
 class RemapTiling:
-    """A remap's input rows per stage, in the order they sit in local memory from ``band_base``."""
+    """A remap's input rows per stage, in the order they sit in local memory from ``band_base``,
+    and per partition the input channel groups loaded for them, in order."""
 
     rows: list[list[int]]
     band_base: int
+    groups: list[list[int]]
 
 
 def _buffer(name: str, base: int, size: int) -> Buffer:
@@ -283,6 +285,16 @@ def remap(layer: RemapLayer, consts, plan: Plan, arch, consts_local: bool) -> La
     W, G = x.W, x.G
     region0 = plan.memory.region0
     avail = arch.local_depth - region0
+    if layer.group_offset is None:
+        partitions, groups = [(0, G)], [list(range(G))]
+    else:
+        # Output groups read input groups shifted by the offsets (a transposed conv's phases):
+        # as many output groups at a time as one row of their input groups fits.
+        offsets = sorted(set(np.unique(layer.group_offset).tolist()))
+        ng = max(1, min(layer.output.G, avail // max(1, W * len(offsets))))
+        partitions = [(g, min(layer.output.G, g + ng)) for g in range(0, layer.output.G, ng)]
+        groups = [sorted({g + o for g in range(a, b) for o in offsets}) for a, b in partitions]
+    G = max(len(gs) for gs in groups)
     if W * G > avail:
         raise SchedulingError(f"layer {layer.name!r} needs {W * G} vectors of local memory for one input row; the architecture has {avail}")
     stages, rows, local_peak = [], [], 0
@@ -305,8 +317,8 @@ def remap(layer: RemapLayer, consts, plan: Plan, arch, consts_local: bool) -> La
         rows.append(list(needed))
         local_peak = max(local_peak, region0 + len(needed) * W * G)
         oh = oh1
-    return LayerPlan(layer.name, "remap", BANDS, "none", stages, [(0, G)], [_buffer("input rows", region0, local_peak - region0)],
-                     [], local_peak, 0, RemapTiling(rows, region0))
+    return LayerPlan(layer.name, "remap", BANDS, "none", stages, partitions, [_buffer("input rows", region0, local_peak - region0)],
+                     [], local_peak, 0, RemapTiling(rows, region0, groups))
 
 
 TILERS = {ConvLayer: conv, MaxPoolLayer: maxpool, PixelMixLayer: pixelmix, ShuffleLayer: shuffle, RemapLayer: remap}

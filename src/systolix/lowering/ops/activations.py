@@ -31,7 +31,7 @@ class Clip(OpHandler):
 
     def check(self, node, lw):
         if lw.g.opset >= 11 and (lw.optional_const_reason(node, 1, "min") or lw.optional_const_reason(node, 2, "max")):
-            return "min/max are not constants"
+            return "its min/max are computed tensors; the accelerator needs them as constants when compiling"
         return lw.activation_reason(node, 0)
 
     def lower(self, node, lw):

@@ -45,8 +45,9 @@ def affine(node, lw, x_index: int, scale: np.ndarray, shift: np.ndarray, op: str
 @handles("BatchNormalization")
 class BatchNormalization(OpHandler):
     def check(self, node, lw):
-        if len([o for o in node.outputs if o]) > 1:
-            return "training-mode outputs"
+        if len([o for o in node.outputs if o]) > 1 or node.attr("training_mode", 0):
+            return ("training mode: it normalises by the batch's own mean and variance (before opset 14, naming its "
+                    "statistics outputs asks for that); export the model in inference mode to run it on the accelerator")
         for index, what in ((1, "scale"), (2, "B"), (3, "mean"), (4, "var")):
             reason = lw.const_reason(node, index, what)
             if reason:
@@ -87,7 +88,9 @@ def _tensors_plan(node, lw, kind: str):
         return AddTensor, 0, 1, 1.0 if kind == "Add" else -1.0
     if kind == "Mul" and tuple(ra.shape) == tuple(rb.shape) == out_shape:
         return MulTensor, 0, 1, 1.0
-    return f"{kind} of two computed tensors"
+    if kind == "Div":
+        return "a division by a computed tensor; the accelerator divides only by a constant"
+    return f"{kind} of two computed tensors of shapes {list(ra.shape)} and {list(rb.shape)}"
 
 
 def _constant_plan(node, lw, kind: str):

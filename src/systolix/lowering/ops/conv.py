@@ -18,7 +18,7 @@ def _geometry(node, lw, x):
         return f"only 2-D convolutions are supported (weights have {w.ndim} axes)"
     b = lw.opt_const(node, 2)
     if len(node.inputs) > 2 and node.inputs[2] and b is None:
-        return "bias is not a constant"
+        return "its bias is computed, not a constant; the accelerator needs weights and bias as constants"
     cout, cin_g, kh, kw = w.shape
     group = int(node.attr("group", 1))
     if cin_g * group != x.C:

@@ -64,8 +64,8 @@ def dense_layer(node, lw, a_index: int, bmat: np.ndarray, bias: np.ndarray, op: 
 class Gemm(OpHandler):
     def check(self, node, lw):
         if int(node.attr("transA", 0)):
-            return "transA=1"
-        reason = lw.const_reason(node, 1, "B") or lw.optional_const_reason(node, 2, "C is not a constant")
+            return "transA=1: the accelerator multiplies a computed A by a constant B; export the Gemm with transA=0"
+        reason = lw.const_reason(node, 1, "B") or lw.optional_const_reason(node, 2, "C is computed, not a constant; the accelerator needs it as a constant when compiling")
         if reason:
             return reason
         b = lw.const(node, 1)

@@ -22,9 +22,8 @@ def pool_geometry(node, lw, x):
 class MaxPool(OpHandler):
     def check(self, node, lw):
         if len(node.outputs) > 1 and node.outputs[1] and lw.consumers.get(node.outputs[1]):
-            return "the Indices output"
-        if int(node.attr("storage_order", 0)):
-            return "storage_order=1"
+            # (storage_order only orders the Indices: without them it changes nothing)
+            return "its Indices output is read by another node; the accelerator computes only the maxima"
         return lw.activation_reason(node, 0) or refusal(pool_geometry(node, lw, lw.input_activation(node, 0)))
 
     def lower(self, node, lw):

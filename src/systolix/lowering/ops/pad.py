@@ -58,7 +58,7 @@ class Pad(OpHandler):
         if mode == "constant" and min(begin[2], begin[3], end[2], end[3]) >= 0:
             return None
         if mode not in ("edge", "reflect", "constant"):
-            return f"pad mode {mode!r}"
+            return f"pad mode {mode!r}; the accelerator pads in modes constant, edge and reflect"
         if mode == "constant":
             return "mixing negative (cropping) and positive constant pads"
         return None

@@ -100,7 +100,7 @@ class Resize(OpHandler):
         if out_shape[1] != x.C or out_shape[0] != 1:
             return "resizing the batch or channel axis"
         if separable_weights(node, lw, x, out_shape[2], out_shape[3]) is None:
-            return "this resize is not a separable linear map"
+            return "this resize does not act on rows and columns separately, as the accelerator's two pixel mixes need"
         return None
 
     def lower(self, node, lw):

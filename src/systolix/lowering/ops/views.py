@@ -45,7 +45,7 @@ class Identity(OpHandler):
 class Dropout(OpHandler):
     def check(self, node, lw):
         if len(node.outputs) > 1 and node.outputs[1] and lw.consumers.get(node.outputs[1]):
-            return "the mask output"
+            return "its mask output is read by another node; the accelerator runs Dropout only as the identity of inference"
         return lw.input_reason(node, 0)
 
     def lower(self, node, lw):

@@ -1,0 +1,125 @@
+"""Old opsets (7 to 11) and what older exporters write: unused optional outputs (Dropout's mask,
+BatchNormalization's training statistics), Upsample, LRN, attributes where newer opsets take
+inputs (Clip, Pad, Squeeze, Unsqueeze), DepthToSpace and SpaceToDepth. Each model is compiled,
+run on the emulator and compared with onnxruntime within the FP16BP8 bound of
+``tests/error_model.py``."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from systolix.compiler import compile_model
+from tests.error_model import output_bounds
+from tests.onnx_builders import make_model
+
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
+X = [("x", [1, 3, 6, 5])]
+BN = {"s": np.array([1.2, 0.8, 1.0], np.float32), "b": np.array([0.1, -0.2, 0.3], np.float32),
+      "m": np.array([0.05, 0.0, -0.1], np.float32), "v": np.array([1.5, 0.7, 1.0], np.float32)}
+
+
+def conv_then(nodes, opset, inits=(), cout=8):
+    """A 3x3 conv (so that the op under test has an accelerator layer before it), then ``nodes``."""
+    w = np.random.default_rng(3).normal(0, 0.3, (cout, 3, 3, 3)).astype(np.float32)
+    conv = helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    return make_model([conv] + nodes, X, [("y", None)], {"w": w, **dict(inits)}, opset=opset)
+
+
+def check(model, reference_model=None, host=False):
+    x = np.random.default_rng(0).normal(0, 1, (1, 3, 6, 5)).astype(np.float32)
+    reference_model = reference_model or model
+    sess = ort.InferenceSession(reference_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = sess.run(["y"], {"x": x})[0]
+    compiled = compile_model(model, "pynqz1", host=host)
+    got = compiled.run({"x": x})["y"]
+    assert got.shape == expected.shape
+    bound = output_bounds(reference_model, {"x": x})["y"]
+    err = float(np.max(np.abs(got - expected)))
+    assert err <= bound, f"max error {err:.4f} > bound {bound:.4f}"
+    return compiled
+
+
+@pytest.mark.parametrize("opset", [7, 9, 10, 11])
+def test_dropout_with_its_mask_output_unused(opset):
+    """The mask has no static shape at opset 9 (it used to stop the compile) and is never read."""
+    check(conv_then([helper.make_node("Dropout", ["c"], ["y", "mask"], name="drop")], opset))
+
+
+def batch_norm(outs, opset, **attrs):
+    node = helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], outs, name="bn", epsilon=1e-3, **attrs)
+    return conv_then([node], opset, {k: np.resize(v, 8) for k, v in BN.items()})
+
+
+@pytest.mark.parametrize("opset", [14, 15])
+def test_batch_norm_statistics_outputs_unused_outside_training_mode(opset):
+    """onnxruntime refuses them (its reference is the model without them); we drop them."""
+    compiled = check(batch_norm(["y", "mean", "var"], opset), batch_norm(["y"], opset))
+    assert not compiled.summary.host_nodes
+
+
+@pytest.mark.parametrize("opset", [7, 9])
+def test_batch_norm_in_training_mode_runs_on_the_host(opset):
+    """Before opset 14 the statistics outputs put it in training mode: onnxruntime normalises by
+    the batch's own statistics, and so does the host; the unused outputs need no shape."""
+    compiled = check(batch_norm(["y", "mean", "var", "saved_mean", "saved_var"], opset), host=True)
+    assert compiled.summary.host_nodes == ["bn"]
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("opset", [7, 8, 9])
+def test_upsample_runs_as_a_resize(opset, mode):
+    scales = [1.0, 1.0, 2.0, 3.0]
+    if opset < 9:
+        node, inits = helper.make_node("Upsample", ["c"], ["y"], name="up", mode=mode, scales=scales), {}
+    else:
+        node, inits = helper.make_node("Upsample", ["c", "scales"], ["y"], name="up", mode=mode), {"scales": np.array(scales, np.float32)}
+    check(conv_then([node], opset, inits), host=False)
+
+
+@pytest.mark.parametrize("opset", [7, 13])
+def test_lrn_runs_on_the_host(opset):
+    compiled = check(conv_then([helper.make_node("LRN", ["c"], ["y"], name="lrn", size=3, alpha=1e-3, beta=0.75)], opset),
+                     host=True)
+    assert compiled.summary.host_nodes == ["lrn"]
+
+
+@pytest.mark.parametrize("opset", [7, 10])
+def test_clip_pad_squeeze_unsqueeze_as_attributes(opset):
+    nodes = [helper.make_node("Clip", ["c"], ["clip"], name="clip", min=-0.5, max=1.0),
+             helper.make_node("Pad", ["clip"], ["pad"], name="pad", pads=[0, 0, 1, 2, 0, 0, 2, 1], mode="constant", value=0.25),
+             helper.make_node("Unsqueeze", ["pad"], ["u"], name="unsqueeze", axes=[0]),
+             helper.make_node("Squeeze", ["u"], ["y"], name="squeeze", axes=[0])]
+    check(conv_then(nodes, opset))
+
+
+def test_clip_pad_squeeze_unsqueeze_as_inputs():
+    nodes = [helper.make_node("Clip", ["c", "lo", "hi"], ["clip"], name="clip"),
+             helper.make_node("Pad", ["clip", "pads", "value"], ["pad"], name="pad", mode="constant"),
+             helper.make_node("Unsqueeze", ["pad", "axes"], ["u"], name="unsqueeze"),
+             helper.make_node("Squeeze", ["u", "axes"], ["y"], name="squeeze")]
+    inits = {"lo": np.array(-0.5, np.float32), "hi": np.array(1.0, np.float32), "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1]),
+             "value": np.array(0.25, np.float32), "axes": np.array([0])}
+    check(conv_then(nodes, 13, inits))
+
+
+@pytest.mark.parametrize("opset,mode", [(7, None), (13, "DCR"), (13, "CRD")])
+def test_depth_to_space_on_the_accelerator(opset, mode):
+    attrs = {"blocksize": 2} | ({"mode": mode} if mode else {})
+    check(conv_then([helper.make_node("DepthToSpace", ["c"], ["y"], name="d2s", **attrs)], opset))
+
+
+@pytest.mark.parametrize("opset", [7, 13])
+def test_space_to_depth_on_the_accelerator(opset):
+    x = np.random.default_rng(0).normal(0, 1, (1, 3, 6, 4)).astype(np.float32)
+    w = np.random.default_rng(3).normal(0, 0.3, (5, 3, 3, 3)).astype(np.float32)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                        helper.make_node("SpaceToDepth", ["c"], ["y"], name="s2d", blocksize=2)],
+                       [("x", [1, 3, 6, 4])], [("y", None)], {"w": w}, opset=opset)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = compile_model(model, "pynqz1", host=False).run({"x": x})["y"]
+    assert got.shape == expected.shape
+    assert float(np.max(np.abs(got - expected))) <= output_bounds(model, {"x": x})["y"]
