@@ -29,9 +29,8 @@ PROGRAM = (
 COUNT = len(PROGRAM)
 
 
-def _write_model(tmp_path, layers=None):
+def _write_model(tmp_path, layers=None, program=PROGRAM):
     layout = InstructionLayout.of(ARCH)
-    program = PROGRAM
     (tmp_path / "m.tprog").write_bytes(encode_program(program, layout))
     model = TModel(
         name="m", prog=ProgramRef(file_name="m.tprog", size=len(program) * layout.instruction_bytes), consts=[],
@@ -60,6 +59,39 @@ def test_json_has_the_contract_keys_and_consistent_numbers(tmp_path):
     # Host I/O: 128 vectors of 12 scalars at the board's cost per scalar.
     board = get_board("pynq-z1")
     assert est.host_ms == pytest.approx(128 * N * board.host_ns_per_scalar * 1e-6)
+
+
+def test_each_layer_names_what_bounds_it_and_its_compute_bound(tmp_path):
+    # One set of weights under a 1,024-vector MatMul; a dense layer of one-vector MatMuls, each
+    # after its own LoadWeights (which waits for the array to drain); pure data movement on DRAM0.
+    moves = [DataMove(DataFlow.DRAM0_TO_LOCAL, 0, 0, 255), DataMove(DataFlow.LOCAL_TO_DRAM0, 0, 256, 255)]
+    conv = [LoadWeights(4000, N), MatMul(0, 0, 1023)]
+    dense = [x for k in range(16) for x in (LoadWeights(4000 + 16 * k, N), MatMul(k, k, 0))]
+    program = conv + dense + moves
+    macs = 1024 * N * N - 7  # not a multiple of N^2: the compute bound is a fraction of a clock
+    path, _ = _write_model(tmp_path, [
+        {"name": "conv", "ops": ["Conv"], "first": 0, "end": 2, "macs": macs},
+        {"name": "dense", "ops": ["Gemm"], "first": 2, "end": 34, "macs": 16 * N * N},
+        {"name": "copy", "ops": ["Identity"], "first": 34, "end": 36, "macs": 0},
+        {"name": "flatten", "ops": ["Flatten"], "first": 36, "end": 36, "macs": 0},
+    ], program)
+    est = estimate(path, get_board("pynq-z1"))
+    assert [l.bound for l in est.layers] == ["array", "weights", "dram0", "none"]
+    layers = json.loads(json.dumps(est.to_json()))["layers"]
+    old = {"name", "ops", "first", "end", "macs", "cycles", "latency_ms", "mac_efficiency", "dram_bytes", "units"}
+    assert all(old | {"bound", "bound_label", "compute_bound_cycles", "x_compute_bound"} == set(l) for l in layers)
+    assert [l["bound_label"] for l in layers] == ["systolic array", "weight loading / array drain", "DRAM0 port", "-"]
+    assert layers[0]["compute_bound_cycles"] == macs / N**2
+    assert layers[0]["x_compute_bound"] == pytest.approx(layers[0]["cycles"] / (macs / N**2), rel=1e-3)
+    assert 1 < layers[0]["x_compute_bound"] < 1.1  # the MatMul streams: weights and fill add 3N + 1 clocks
+    assert layers[2]["compute_bound_cycles"] == 0 and layers[2]["x_compute_bound"] is None
+    # The dense layer: 16 x (N + 1) LoadWeights clocks, each after a drain of 2N - 1 (the first
+    # after the conv's MatMul), and 16 MatMul clocks: the array is never idle, so they are its time.
+    fc = est.layers[1]
+    assert fc.drain_cycles == 16 * (2 * N - 1) and fc.weight_cycles == 16 * (N + 1) + fc.drain_cycles
+    assert fc.cycles == fc.weight_cycles + 16
+    table = CliRunner().invoke(app, ["estimate", str(path), "--board", "pynq-z1"], env={"COLUMNS": "250"}).output
+    assert "bound by" in table and "x compute bound" in table and "weight loading / array drain" in table
 
 
 def test_without_a_layer_map_the_layers_are_null_and_macs_come_from_the_array(tmp_path):

@@ -83,4 +83,5 @@ def test_profile_of_an_own_compile_names_slices_by_layer_even_with_sampling(tmp_
     assert array and all(e["name"].split(" ")[0] == "conv" for e in array)
     assert sum(e["args"].get("MatMul", 0) + e["args"].get("LoadWeights", 0) for e in array) == 2
     assert all(not e["name"].startswith("(no layer)") for e in slices)
-    assert "relu" in (out / "report.html").read_text()
+    report = (out / "report.html").read_text()
+    assert "relu" in report and "<th>x compute bound</th>" in report

@@ -72,6 +72,7 @@ def _estimate(model: Path, board_name: str, arch: str | None, strategy: str):
 
 def print_estimate(est, title: str) -> None:
     """The estimate as rich tables."""
+    from systolix.perf.estimate import LAYER_BOUND_LABELS
     from systolix.perf.simulator import UNIT_LABELS, UNITS
 
     n = est.board.architecture.array_size
@@ -96,12 +97,13 @@ def print_estimate(est, title: str) -> None:
         console.print("no layer map in this .tmodel (Tensil's own compiles have none): no per-layer table")
         return
     lt = Table(title="Per layer")
-    for col in ("layer", "ops", "instr.", "MACs", "ms", "MAC eff.", "DRAM KiB"):
-        lt.add_column(col, justify="left" if col in ("layer", "ops") else "right")
+    for col in ("layer", "ops", "instr.", "MACs", "ms", "MAC eff.", "DRAM KiB", "bound by", "x compute bound"):
+        lt.add_column(col, justify="left" if col in ("layer", "ops", "bound by") else "right")
     for l in est.layers:
         ms = l.cycles / (est.board.clock_mhz * 1e3)
         eff = f"{l.macs / (n * n * l.cycles):.1%}" if l.cycles else "-"
-        lt.add_row(l.name, " ".join(l.ops), f"{l.instructions:,}", f"{l.macs:,}", f"{ms:.4f}", eff, f"{l.dram_bytes / 1024:,.1f}")
+        lt.add_row(l.name, " ".join(l.ops), f"{l.instructions:,}", f"{l.macs:,}", f"{ms:.4f}", eff, f"{l.dram_bytes / 1024:,.1f}",
+                   LAYER_BOUND_LABELS[l.bound], f"x{l.cycles / l.compute_cycles(n):,.1f}" if l.macs else "-")
     console.print(lt)
 
 

@@ -22,6 +22,13 @@ BOUND_CATEGORIES = {
     "instruction issue": ("decoder",),
     "accumulators/SIMD": ("acc",),
 }
+# What bounds a layer: one of UNITS, or the array's time spent on weights rather than MatMuls
+# (or nothing: a layer without instructions).
+LAYER_BOUND_LABELS = {**UNIT_LABELS, "weights": "weight loading / array drain", "none": "-"}
+# Ties go to the first: the array over port A and the accumulators (every MatMul counts on all
+# three), a DRAM port over port B (every DRAM move counts on both; port B leads only when both
+# DRAM ports queue on it).
+BOUND_ORDER = ("array", "acc", "dram0", "dram1", "port_b", "port_a", "decoder")
 
 
 @dataclass
@@ -36,10 +43,27 @@ class LayerEstimate:
     cycles: float  # time this layer adds to the frame (from the previous layer's end to its own)
     unit_cycles: dict[str, float]
     dram_bytes: int
+    weight_cycles: float = 0.0  # array clocks on LoadWeights, plus the drains before them
+    drain_cycles: float = 0.0  # array clocks waiting for MatMul inputs to leave before a LoadWeights
 
     @property
     def instructions(self) -> int:
         return self.end - self.first
+
+    @property
+    def bound(self) -> str:
+        """The unit busiest over the layer's own instructions (work counts in the layer that
+        issues it, even where it overlaps the next); the array's drains count as array time,
+        named ``weights`` when weights, not MatMuls, take most of it."""
+        if self.end == self.first:
+            return "none"
+        busy = {**self.unit_cycles, "array": self.unit_cycles["array"] + self.drain_cycles}
+        unit = max(BOUND_ORDER, key=busy.__getitem__)
+        return "weights" if unit == "array" and 2 * self.weight_cycles > busy["array"] else unit
+
+    def compute_cycles(self, n: int) -> float:
+        """Clocks at 100% MAC efficiency: useful MACs / N^2."""
+        return self.macs / (n * n)
 
     def to_json(self, clock_mhz: float, n: int) -> dict[str, Any]:
         return {
@@ -47,6 +71,9 @@ class LayerEstimate:
             "cycles": round(self.cycles, 1), "latency_ms": self.cycles / (clock_mhz * 1e3),
             "mac_efficiency": self.macs / (n * n * self.cycles) if self.cycles > 0 else 0.0,
             "dram_bytes": self.dram_bytes, "units": {u: round(c, 1) for u, c in self.unit_cycles.items()},
+            "bound": self.bound, "bound_label": LAYER_BOUND_LABELS[self.bound],
+            "compute_bound_cycles": self.compute_cycles(n),
+            "x_compute_bound": self.cycles / self.compute_cycles(n) if self.macs else None,
         }
 
 
@@ -256,6 +283,12 @@ def layer_estimates(program: DecodedProgram, timeline: Timeline, entries: list[d
     work = unit_work(program, timeline)
     dram = dram_bytes_per_instruction(program, vector_bytes)
     mm_vectors = np.where((program.opcode == 1) & ((program.flags & 2) == 0), program.size + 1, 0)
+    # A LoadWeights right after a MatMul (in array order) waits for the array to drain.
+    op = program.opcode
+    on_array = np.flatnonzero((op == 1) | (op == 3))
+    drain = np.zeros(len(program))
+    drain[on_array[1:][(op[on_array[1:]] == 3) & (op[on_array[:-1]] == 1)]] = timeline.params.fill_cycles - 1
+    weights = np.where(op == 3, program.addr1.astype(np.float64) + 1, 0.0) + drain
     out = []
     prev_end = 0.0
     for e in entries:
@@ -266,7 +299,8 @@ def layer_estimates(program: DecodedProgram, timeline: Timeline, entries: list[d
         out.append(LayerEstimate(
             name=e["name"], ops=e["ops"], first=a, end=b, macs=macs, cycles=layer_end - prev_end,
             unit_cycles={u: float(work[a:b, j].sum()) for j, u in enumerate(UNITS)},
-            dram_bytes=int(dram[a:b].sum()),
+            dram_bytes=int(dram[a:b].sum()), weight_cycles=float(weights[a:b].sum()),
+            drain_cycles=float(drain[a:b].sum()),
         ))
         prev_end = layer_end
     return out
@@ -373,7 +407,7 @@ def estimate_partitioned(tmodel_path: str | Path, board: Board) -> tuple[Estimat
             break
         stem = part["name"].removesuffix(".tmodel")
         layers.extend(LayerEstimate(f"{stem}/{l.name}", l.ops, l.first, l.end, l.macs, l.cycles, l.unit_cycles,
-                                    l.dram_bytes) for l in e.layers)
+                                    l.dram_bytes, l.weight_cycles, l.drain_cycles) for l in e.layers)
     combined = Estimate(
         board=first.board, instructions=sum(e.instructions for e in estimates),
         cycles=sum(e.cycles for e in estimates), io_scalars=sum(e.io_scalars for e in estimates),

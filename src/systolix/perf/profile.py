@@ -13,7 +13,7 @@ import numpy as np
 from systolix.artifacts import write_text_atomic
 from systolix.errors import SystolixError
 from systolix.isa.codec import DecodedProgram
-from systolix.perf.estimate import Estimate, LayerEstimate, infer_stages, layer_estimates
+from systolix.perf.estimate import LAYER_BOUND_LABELS, Estimate, LayerEstimate, infer_stages, layer_estimates
 from systolix.perf.samples import decode_samples, unit_intervals
 from systolix.perf.simulator import UNIT_LABELS, UNITS
 
@@ -231,8 +231,10 @@ def write_report(path: str | Path, est: Estimate, program: DecodedProgram, model
     units = _table([[UNIT_LABELS[u], f"{est.unit_busy[u]:,.0f}", f"{est.unit_shares[u]:.1%}"] for u in UNITS],
                    ["unit", "busy clocks", "share"])
     layer_rows = [[l.name, " ".join(l.ops), f"{l.instructions:,}", f"{l.macs:,}", f"{l.cycles / (est.board.clock_mhz * 1e3):.4f}",
-                   f"{l.macs / (n * n * l.cycles):.1%}" if l.cycles else "-", f"{l.dram_bytes:,}"] for l in layers]
-    layer_table = _table(layer_rows, ["name", "ops", "instructions", "MACs", "ms", "MAC eff.", "DRAM bytes"])
+                   f"{l.macs / (n * n * l.cycles):.1%}" if l.cycles else "-", f"{l.dram_bytes:,}",
+                   LAYER_BOUND_LABELS[l.bound], f"x{l.cycles / l.compute_cycles(n):,.1f}" if l.macs else "-"] for l in layers]
+    layer_table = _table(layer_rows, ["name", "ops", "instructions", "MACs", "ms", "MAC eff.", "DRAM bytes", "bound by",
+                                      "x compute bound"])
     images = "".join(f"<h2>{html.escape(t)}</h2><img alt='{html.escape(t)}' src='data:image/png;base64,{b}'>" for t, b in figs)
     doc = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(model_name)}: latency profile</title>
