@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -90,7 +93,9 @@ def test_each_layer_names_what_bounds_it_and_its_compute_bound(tmp_path):
     fc = est.layers[1]
     assert fc.drain_cycles == 16 * (2 * N - 1) and fc.weight_cycles == 16 * (N + 1) + fc.drain_cycles
     assert fc.cycles == fc.weight_cycles + 16
-    table = CliRunner().invoke(app, ["estimate", str(path), "--board", "pynq-z1"], env={"COLUMNS": "250"}).output
+    # In a subprocess: the CLI's console takes its width when it is made, from COLUMNS.
+    table = subprocess.run([sys.executable, "-m", "systolix", "estimate", str(path), "--board", "pynq-z1"],
+                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "250"}, check=True).stdout
     assert "bound by" in table and "x compute bound" in table and "weight loading / array drain" in table
 
 
