@@ -11,6 +11,7 @@ from onnx import helper
 from systolix.compiler import compile_model
 from systolix.lowering.ops.hardswish import MAX_ERROR_LSB
 from tests.error_model import output_bounds
+from tests.exhaustive import every_input, largest_error_lsb
 from tests.onnx_builders import ir_of, make_model
 
 pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
@@ -18,17 +19,9 @@ pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
 LSB = 2.0 ** -8
 
 
-def every_input(op: str, opset: int, arch: str = "pynqz1") -> tuple[np.ndarray, np.ndarray]:
-    """The op alone on all 65,536 FP16BP8 values: ``(inputs, outputs)``."""
-    x = (np.arange(-32768, 32768) * LSB).astype(np.float32).reshape(1, 16, 64, 64)
-    m = make_model([helper.make_node(op, ["x"], ["y"], name="act")], [("x", list(x.shape))], [("y", None)], opset=opset)
-    y = compile_model(m, arch, host=False).run({"x": x})["y"]
-    return x.reshape(-1).astype(np.float64), y.reshape(-1).astype(np.float64)
-
-
 def test_hard_swish_on_every_input_within_the_stated_error():
     x, y = every_input("HardSwish", 14)
-    err = np.max(np.abs(y - x * np.clip(x / 6 + 0.5, 0, 1))) / LSB
+    err = largest_error_lsb(y, x * np.clip(x / 6 + 0.5, 0, 1))
     print(f"largest error {err:.3f} LSB over 65,536 inputs")
     assert err <= MAX_ERROR_LSB
 
