@@ -15,10 +15,12 @@ from tests.onnx_builders import make_model
 LSB = 2.0 ** -8
 
 
-def every_input(op: str, opset: int = 13, arch: str = "pynqz1") -> tuple[np.ndarray, np.ndarray]:
-    """The op alone on all 65,536 FP16BP8 values: ``(inputs, outputs)`` as float64."""
+def every_input(op: str, opset: int = 13, arch: str = "pynqz1", nodes=None) -> tuple[np.ndarray, np.ndarray]:
+    """The op alone (or ``nodes``, from ``x`` to ``y``) on all 65,536 FP16BP8 values:
+    ``(inputs, outputs)`` as float64."""
     x = (np.arange(-32768, 32768) * LSB).astype(np.float32).reshape(1, 16, 64, 64)
-    m = make_model([helper.make_node(op, ["x"], ["y"], name="act")], [("x", list(x.shape))], [("y", None)], opset=opset)
+    nodes = nodes or [helper.make_node(op, ["x"], ["y"], name="act")]
+    m = make_model(nodes, [("x", list(x.shape))], [("y", None)], opset=opset)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SaturationWarning)  # |-128| saturates to 127.996: expected
         y = compile_model(m, arch, host=False).run({"x": x})["y"]

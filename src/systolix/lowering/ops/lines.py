@@ -37,7 +37,11 @@ class ClampedLines(PostOp):
         values = [self.TOP / 256] + [v / 256 for line in self.LINES for v in line] + self.tail_constants()
         return c.simd([c.q(np.full(c.N, v)) for v in values])
 
-    def emit_tail(self, t, slot, v: int, s: int) -> None:
+    def emit_head(self, t, slot, v: int) -> int:
+        """Instructions before the lines; returns where they read ``x``."""
+        return v
+
+    def emit_tail(self, t, slot, v: int, s: int, x: int) -> None:
         t.e.simd(SimdOp.MAX, 0, 1, 0, read=s, write=v)  # the clamp itself
 
     def emit(self, t, slot) -> None:
@@ -46,8 +50,9 @@ class ClampedLines(PostOp):
         k = len(self.LINES)
         for v in t.vectors():
             s = t.acc_scratch + (v - t.acc)
+            x = self.emit_head(t, slot, v)
             for i in range(k):
-                e.simd(SimdOp.ABS, 0, 0, 1, read=v)  # r = |x|
+                e.simd(SimdOp.ABS, 0, 0, 1, read=x)  # r = |x|
                 e.simd(SimdOp.MULTIPLY, 0, 1, 1, read=top + 1 + 2 * i)
                 if i == 0:
                     e.simd(SimdOp.ADD, 0, 1, 0, read=top + 2, write=s)
@@ -57,5 +62,5 @@ class ClampedLines(PostOp):
                 e.simd(SimdOp.MIN, 0, 1, 1 if last else 0, read=s, write=None if last else s)
             e.simd(SimdOp.MIN, 0, 1, 1, read=top)  # r = V
             e.simd(SimdOp.SUBTRACT, 0, 1, 0, write=s)  # -V: no read, the input is zero
-            e.simd(SimdOp.MIN, 0, 1, 1, read=v)  # r = min(x, V)
-            self.emit_tail(t, slot, v, s)
+            e.simd(SimdOp.MIN, 0, 1, 1, read=x)  # r = min(x, V)
+            self.emit_tail(t, slot, v, s, x)
