@@ -690,7 +690,7 @@ def _(b):
     _out(b, b.conv(x, 5, 3, pads=1, gain=4.0))
 
 
-@case("host/tanh", "Conv-Tanh-Conv: the Tanh runs on the host between accelerator layers")
+@case("ops/tanh", "Conv-Tanh-Conv: the Tanh as SIMD post-ops of the first conv")
 def _(b):
     x = b.unary("Tanh", b.conv(_x(b, 5, 6, 7), 17, 3, pads=1))
     _out(b, b.conv(x, 5, 3, pads=1))
