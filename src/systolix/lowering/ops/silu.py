@@ -5,7 +5,7 @@ With ``sigmoid(x) = (2 + g) / 4``, ``g`` the clamp of lines of ``sigmoid.py`` (u
 finer than the sigmoid), ``x * sigmoid(x)`` is ``u (2 + g) / 4 + (x - u)`` with ``u = min(x, 16)``:
 ``u (2 + g)`` stays under 64 (``4 x`` would saturate past 32) and above 16 SiLU is ``x`` to 1e-5.
 Largest error over every FP16BP8 input 2.49 LSB, about ``x / 4`` times the lines' error at
-``x = 6.5`` (``tests/unit/test_silu.py``); 38 SIMD instructions a vector, in three tiles
+``x = 6.5`` (``tests/unit/test_silu.py``); 37 SIMD instructions a vector, in three tiles
 (``x - u``, ``u``, the lines' minimum). ``evaluate`` is the exact function.
 """
 
