@@ -40,3 +40,15 @@ def test_hard_swish_joins_the_conv_before_it_within_the_bound():
     err, bound = float(np.max(np.abs(ours - ref))), output_bounds(m, {"x": x})["y"]
     print(f"largest error {err / LSB:.2f} LSB, {err / bound:.0%} of its bound")
     assert err <= bound
+
+
+def test_x_times_hard_sigmoid_of_x_is_hard_swish():
+    """Exports before opset 14 write HardSwish as Mul(x, HardSigmoid(x, 1/6, 1/2))."""
+    nodes = [helper.make_node("HardSigmoid", ["x"], ["g"], name="hsig", alpha=1 / 6, beta=0.5),
+             helper.make_node("Mul", ["g", "x"], ["y"], name="mul")]
+    x, y = every_input("HardSwish", 13, nodes=nodes)
+    assert largest_error_lsb(y, x * np.clip(x / 6 + 0.5, 0, 1)) <= MAX_ERROR_LSB
+    w = np.random.default_rng(6).normal(0, 0.3, (17, 5, 3, 3)).astype(np.float32)
+    conv = helper.make_node("Conv", ["i", "w"], ["x"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    (layer,) = ir_of(make_model([conv, *nodes], [("i", [1, 5, 7, 6])], [("y", None)], {"w": w})).layers
+    assert [p.kind for p in layer.post_ops] == ["hard_swish"]

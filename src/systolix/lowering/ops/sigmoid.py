@@ -47,33 +47,14 @@ class SigmoidOp(ClampedLines):
         return f"sigmoid ({len(self.LINES) + 1} lines)"
 
 
-def silu_input(node, lw) -> int | None:
-    """For ``Mul(a, b)``: the index of ``x`` when the other operand is ``Sigmoid(x)``."""
-    if node.op_type != "Mul" or len(node.inputs) != 2 or any(lw.g.const(i) is not None for i in node.inputs):
-        return None
-    producers = lw.g.producers()
-    for i in (0, 1):
-        p = producers.get(node.inputs[1 - i])
-        if p is not None and p.op_type == "Sigmoid" and p.inputs[0] == node.inputs[i]:
-            return i
-    return None
-
-
-def feeds_only_silu(node, lw) -> bool:
-    """Every reader of this Sigmoid is a Mul by its input (lowered as SiLU, ``silu.py``): the
-    Sigmoid needs no layer of its own, whose reading of ``x`` would keep SiLU from joining the
-    layer computing ``x``."""
-    out = node.outputs[0]
-    readers = lw.g.consumers().get(out, [])
-    return bool(readers) and out not in lw.g.outputs and all(silu_input(r, lw) is not None for r in readers)
-
-
 @handles("Sigmoid")
 class Sigmoid(OpHandler):
     def check(self, node, lw):
         return lw.activation_reason(node, 0)
 
     def lower(self, node, lw):
-        if feeds_only_silu(node, lw):
+        from systolix.lowering.ops.gates import feeds_only_gates  # it imports this module
+
+        if feeds_only_gates(node, lw):
             return
         lw.post_op_layer(node, lw.act_of(node, 0), SigmoidOp(node=node.name))

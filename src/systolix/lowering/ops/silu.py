@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from systolix.isa import SimdOp
-from systolix.lowering.ops.sigmoid import SigmoidOp, silu_input  # noqa: F401 (the Mul handler imports it here)
+from systolix.lowering.ops.sigmoid import SigmoidOp
 
 MAX_ERROR_LSB = 2.5
 """The largest error over every FP16BP8 input, in LSB (README's table)."""
