@@ -1,5 +1,5 @@
 """Sigmoid as SIMD post-ops: ``1/2 + V/4`` with ``V = 2 tanh(x/2)`` approximated by the clamp of
-seven lines (``lines.py``). Fitting ``V`` rather than the sigmoid puts two more bits under the
+eight lines, ``x`` itself and seven more (``lines.py``). Fitting ``V`` rather than the sigmoid puts two more bits under the
 lines (their error is quartered) for one rounding at the end.
 
 Largest error over every FP16BP8 input 0.996 LSB (``tests/unit/test_sigmoid.py``), 33 SIMD
