@@ -24,9 +24,16 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
+from systolix.lowering.ops import hardswish, sigmoid, tanh
+
 LSB = 2.0 ** -8
 VR = LSB * LSB / 12.0
 SIGMAS = 8.0
+
+# Activations the accelerator approximates with a SIMD sequence: (largest slope, the sequence's
+# largest error over every FP16BP8 input in LSB, as the README's table states it).
+APPROXIMATED = {"HardSwish": (1.5, hardswish.MAX_ERROR_LSB), "Sigmoid": (0.25, sigmoid.MAX_ERROR_LSB),
+                "Tanh": (1.0, tanh.MAX_ERROR_LSB)}
 
 
 def all_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -186,6 +193,11 @@ def output_bounds(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[
             out = values.get(n.output[0])
             pos = _fraction(values.get(x), None, v(x).size, out)
             out_var = pos * v(x)
+        elif op in APPROXIMATED:
+            # Lipschitz constant squared times the input's error, plus the SIMD sequence's own
+            # error against the float function (its measured maximum E, as a uniform +-E: E^2 / 3).
+            slope, e_lsb = APPROXIMATED[op]
+            out_var = slope * slope * v(x) + (e_lsb * LSB) ** 2 / 3
         elif op in ("AveragePool", "GlobalAveragePool", "ReduceMean", "Resize", "Upsample"):
             out_var = v(x) + 3 * VR
         elif op == "Concat":

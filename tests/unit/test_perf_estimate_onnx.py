@@ -92,7 +92,7 @@ def test_estimate_onnx_prints_tables_with_the_layer_map(tmp_path):
 
 
 def test_a_partitioned_model_sums_its_accelerator_segments_and_names_the_host_ones(tmp_path):
-    path = save(build("host/sigmoid"), tmp_path / "sigmoid.onnx")
+    path = save(build("host/softsign"), tmp_path / "softsign.onnx")
     data = _estimate_json(path, "--board", "ultra96-v2")
     kinds = [s["kind"] for s in data["segments"]]
     assert kinds == ["accelerator", "host", "accelerator"]
@@ -126,7 +126,7 @@ def test_bad_onnx_bad_arch_and_bad_strategy_are_user_errors(tmp_path):
 def test_profile_refuses_a_partitioned_model_and_names_its_segments(tmp_path):
     from systolix.compiler import compile_model
 
-    top = compile_model(build("host/sigmoid"), "ultra96v2", name="sig").save(tmp_path / "sig")
+    top = compile_model(build("host/softsign"), "ultra96v2", name="sig").save(tmp_path / "sig")
     result = runner.invoke(app, ["profile", str(top), "--board", "ultra96-v2", "-o", str(tmp_path / "out")])
     assert isinstance(result.exception, SystolixError)
     assert "partitioned" in str(result.exception) and "segments" in str(result.exception)

@@ -670,6 +670,12 @@ def _(b):
     _out(b, b.node("Mul", [y, scale]))
 
 
+@case("ops/sigmoid", "Conv-Sigmoid-Conv: the Sigmoid as SIMD post-ops of the first conv")
+def _(b):
+    x = b.unary("Sigmoid", b.conv(_x(b, 5, 7, 6), 17, 3, pads=1))
+    _out(b, b.conv(x, 5, 3, pads=1, gain=4.0))
+
+
 # ------------------------------------------------------------------------------------------ host fallback
 @case("host/softmax", "Conv-GlobalAveragePool-Gemm-Softmax: the Softmax runs on the host")
 def _(b):
@@ -678,13 +684,13 @@ def _(b):
     _out(b, b.unary("Softmax", b.gemm(x, 10, gain=1.0), axis=1), "probabilities")
 
 
-@case("host/sigmoid", "Conv-Sigmoid-Conv: the Sigmoid runs on the host between accelerator layers")
+@case("host/softsign", "Conv-Softsign-Conv: the Softsign runs on the host between accelerator layers")
 def _(b):
-    x = b.unary("Sigmoid", b.conv(_x(b, 5, 7, 6), 17, 3, pads=1))
+    x = b.unary("Softsign", b.conv(_x(b, 5, 7, 6), 17, 3, pads=1))
     _out(b, b.conv(x, 5, 3, pads=1, gain=4.0))
 
 
-@case("host/tanh", "Conv-Tanh-Conv: the Tanh runs on the host between accelerator layers")
+@case("ops/tanh", "Conv-Tanh-Conv: the Tanh as SIMD post-ops of the first conv")
 def _(b):
     x = b.unary("Tanh", b.conv(_x(b, 5, 6, 7), 17, 3, pads=1))
     _out(b, b.conv(x, 5, 3, pads=1))
@@ -697,10 +703,10 @@ def _(b):
     _out(b, b.conv(x, 5, 3, pads=1))
 
 
-@case("host/squeeze_excite", "Squeeze-excite with a Sigmoid gate: host op in the middle of a broadcast Mul")
+@case("host/squeeze_excite", "Squeeze-excite with a Softsign gate: host op in the middle of a broadcast Mul")
 def _(b):
     x = b.relu(b.conv(_x(b, 5, 7, 9), 17, 3, pads=1))
-    g = b.unary("Sigmoid", b.conv(b.relu(b.conv(b.gap(x), 5, 1)), 17, 1))
+    g = b.unary("Softsign", b.conv(b.relu(b.conv(b.gap(x), 5, 1)), 17, 1))
     _out(b, b.binary("Mul", x, g))
 
 

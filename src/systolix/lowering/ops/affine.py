@@ -15,6 +15,7 @@ import numpy as np
 from systolix.ir.hir import ConvInput, ConvLayer
 from systolix.ir.postops import AddBroadcast, AddConstant, AddTensor, MulBroadcast, MulTensor
 from systolix.lowering.registry import OpHandler, handles
+from systolix.lowering.ops.gates import gated_input
 from systolix.lowering.state import refusal
 
 
@@ -143,9 +144,17 @@ class Arithmetic(OpHandler):
         return _constant_plan(node, lw, node.op_type)
 
     def check(self, node, lw):
+        gated = gated_input(node, lw)
+        if gated is not None:
+            return lw.input_reason(node, gated[0]) or lw.activation_reason(node, gated[0])
         return refusal(self._plan(node, lw))
 
     def lower(self, node, lw):
+        gated = gated_input(node, lw)
+        if gated is not None:  # x * Sigmoid(x), x * HardSigmoid(x): one post-op on x
+            i, op = gated
+            lw.post_op_layer(node, lw.act_of(node, i), op(node=node.name))
+            return
         plan = self._plan(node, lw)
         if plan[0] == "affine":
             _, xi, scale, shift = plan

@@ -50,5 +50,9 @@ class HardSigmoid(OpHandler):
         return lw.activation_reason(node, 0)
 
     def lower(self, node, lw):
+        from systolix.lowering.ops.gates import feeds_only_gates  # it imports this module
+
+        if feeds_only_gates(node, lw):
+            return
         op = HardSigmoidOp(float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5)), node=node.name)
         lw.post_op_layer(node, lw.act_of(node, 0), op)

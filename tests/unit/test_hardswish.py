@@ -1,0 +1,54 @@
+"""HardSwish on the accelerator (SIMD post-ops): every FP16BP8 input through the emulator within
+the error the README states, and against onnxruntime within the error model's bound."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from systolix.compiler import compile_model
+from systolix.lowering.ops.hardswish import MAX_ERROR_LSB
+from tests.error_model import output_bounds
+from tests.exhaustive import every_input, largest_error_lsb
+from tests.onnx_builders import ir_of, make_model
+
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
+LSB = 2.0 ** -8
+
+
+def test_hard_swish_on_every_input_within_the_stated_error():
+    x, y = every_input("HardSwish", 14)
+    err = largest_error_lsb(y, x * np.clip(x / 6 + 0.5, 0, 1))
+    print(f"largest error {err:.3f} LSB over 65,536 inputs")
+    assert err <= MAX_ERROR_LSB
+
+
+def test_hard_swish_joins_the_conv_before_it_within_the_bound():
+    rng = np.random.default_rng(2)
+    w = rng.normal(0, 0.3, (17, 5, 3, 3)).astype(np.float32)
+    b = rng.normal(0, 0.5, 17).astype(np.float32)
+    m = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                    helper.make_node("HardSwish", ["c"], ["y"], name="hs")], [("x", [1, 5, 7, 6])], [("y", None)], {"w": w, "b": b}, opset=14)
+    (layer,) = ir_of(m, "ultra96v2").layers
+    assert layer.ops == ["Conv", "HardSwish"] and [p.kind for p in layer.post_ops] == ["hard_swish"]
+    x = rng.normal(0, 1, (1, 5, 7, 6)).astype(np.float32)
+    ours = compile_model(m, "ultra96v2", host=False).run({"x": x})["y"]
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    err, bound = float(np.max(np.abs(ours - ref))), output_bounds(m, {"x": x})["y"]
+    print(f"largest error {err / LSB:.2f} LSB, {err / bound:.0%} of its bound")
+    assert err <= bound
+
+
+def test_x_times_hard_sigmoid_of_x_is_hard_swish():
+    """Exports before opset 14 write HardSwish as Mul(x, HardSigmoid(x, 1/6, 1/2))."""
+    nodes = [helper.make_node("HardSigmoid", ["x"], ["g"], name="hsig", alpha=1 / 6, beta=0.5),
+             helper.make_node("Mul", ["g", "x"], ["y"], name="mul")]
+    x, y = every_input("HardSwish", 13, nodes=nodes)
+    assert largest_error_lsb(y, x * np.clip(x / 6 + 0.5, 0, 1)) <= MAX_ERROR_LSB
+    w = np.random.default_rng(6).normal(0, 0.3, (17, 5, 3, 3)).astype(np.float32)
+    conv = helper.make_node("Conv", ["i", "w"], ["x"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    (layer,) = ir_of(make_model([conv, *nodes], [("i", [1, 5, 7, 6])], [("y", None)], {"w": w})).layers
+    assert [p.kind for p in layer.post_ops] == ["hard_swish"]
