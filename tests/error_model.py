@@ -24,7 +24,7 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from systolix.lowering.ops import hardswish, sigmoid, tanh
+from systolix.lowering.ops import gelu, hardswish, sigmoid, tanh
 
 LSB = 2.0 ** -8
 VR = LSB * LSB / 12.0
@@ -33,7 +33,7 @@ SIGMAS = 8.0
 # Activations the accelerator approximates with a SIMD sequence: (largest slope, the sequence's
 # largest error over every FP16BP8 input in LSB, as the README's table states it).
 APPROXIMATED = {"HardSwish": (1.5, hardswish.MAX_ERROR_LSB), "Sigmoid": (0.25, sigmoid.MAX_ERROR_LSB),
-                "Tanh": (1.0, tanh.MAX_ERROR_LSB)}
+                "Tanh": (1.0, tanh.MAX_ERROR_LSB), "Gelu": (1.13, gelu.MAX_ERROR_LSB)}
 
 
 def all_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -1,0 +1,49 @@
+"""GeLU on the accelerator: one SIMD post-op sequence, every FP16BP8 input through the emulator
+within the error the README states, and a Conv + GeLU against onnxruntime within the error
+model's bound."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from systolix.compiler import compile_model
+from systolix.lowering.ops.gelu import MAX_ERROR_LSB, _erf as erf
+from tests.error_model import output_bounds
+from tests.exhaustive import every_input, largest_error_lsb
+from tests.onnx_builders import ir_of, make_model
+
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
+LSB = 2.0 ** -8
+
+
+def gelu_nodes(x: str, y: str, form: str):
+    if form in ("none", "tanh"):
+        return [helper.make_node("Gelu", [x], [y], name="gelu", approximate=form)]
+    raise ValueError(form)
+
+
+def test_gelu_on_every_input_within_the_stated_error():
+    x, y = every_input("Gelu", opset=20, nodes=gelu_nodes("x", "y", "none"))
+    err = largest_error_lsb(y, 0.5 * x * (1 + erf(x / np.sqrt(2))))
+    print(f"largest error {err:.3f} LSB over 65,536 inputs")
+    assert err <= MAX_ERROR_LSB
+
+
+@pytest.mark.parametrize("form", ["none", "tanh"])
+def test_conv_gelu_is_one_layer_within_the_bound(form):
+    rng = np.random.default_rng(5)
+    p = {"w": rng.normal(0, 0.3, (17, 5, 3, 3)).astype(np.float32), "b": rng.normal(0, 0.5, 17).astype(np.float32)}
+    m = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                    *gelu_nodes("c", "y", form)], [("x", [1, 5, 7, 6])], [("y", None)], p, opset=20)
+    (layer,) = ir_of(m, "ultra96v2").layers
+    assert [p.kind for p in layer.post_ops] == ["gelu"]
+    x = rng.normal(0, 1, (1, 5, 7, 6)).astype(np.float32)
+    ours = compile_model(m, "ultra96v2", host=False).run({"x": x})["y"]
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    err, bound = float(np.max(np.abs(ours - ref))), output_bounds(m, {"x": x})["y"]
+    print(f"largest error {err / LSB:.2f} LSB, {err / bound:.0%} of its bound")
+    assert err <= bound
