@@ -1,6 +1,9 @@
 """GeLU, ``x Phi(x) = x (1 + erf(x / sqrt 2)) / 2``, as one SIMD post-op sequence on the layer
 computing ``x``: the ONNX ``Gelu`` op (opset 20; ``approximate`` 'none' or 'tanh', which differ by
-under 1e-3, a quarter of an LSB).
+under 1e-3, a quarter of an LSB) and torch's erf export, ``Div(x, sqrt 2)`` (or ``Mul`` by
+``1/sqrt 2``), Erf, Add 1, a Mul by ``x`` and one by 0.5 in either order (``erf_gelu``: the
+last Mul lowers to the post-op on ``x``, the nodes inside to nothing; an Erf elsewhere is
+the host's).
 
 SiLU's structure (``silu.py``) with ``Phi(x) = (2 + g) / 4``, ``g`` the clamp of lines
 approximating ``2 erf(x / sqrt 2)``. That rises faster than ``x`` (slope 1.596 at zero), so the
@@ -77,3 +80,97 @@ class Gelu(OpHandler):
 
     def lower(self, node, lw):
         lw.post_op_layer(node, lw.act_of(node, 0), GeluOp(node=node.name))
+
+
+def _scalar(lw, name):
+    c = lw.g.const(name)
+    if c is None or np.size(c) != 1:
+        return None
+    return float(np.asarray(c).reshape(-1)[0])
+
+
+def _split(node, lw):
+    """A binary node's ``(tensor operand, scalar constant)``, or None."""
+    if len(node.inputs) != 2:
+        return None
+    for i in (0, 1):
+        c = _scalar(lw, node.inputs[1 - i])
+        if c is not None and lw.g.const(node.inputs[i]) is None:
+            if node.op_type in ("Div", "Sub") and i == 1:
+                return None
+            return node.inputs[i], c
+    return None
+
+
+def _close(a, b) -> bool:
+    return abs(a - b) < 1e-3 * abs(b)
+
+
+def _phi_of(name, lw):
+    """``x`` when ``name`` is ``1 + erf(x / sqrt 2)`` as torch exports it, else None; and its nodes."""
+    producers = lw.g.producers()
+    add = producers.get(name)
+    if add is None or add.op_type != "Add" or (s := _split(add, lw)) is None or not _close(s[1], 1.0):
+        return None
+    erf_node = producers.get(s[0])
+    if erf_node is None or erf_node.op_type != "Erf":
+        return None
+    scale = producers.get(erf_node.inputs[0])
+    if scale is None or scale.op_type not in ("Div", "Mul") or (t := _split(scale, lw)) is None:
+        return None
+    if not _close(t[1], np.sqrt(2.0) if scale.op_type == "Div" else np.sqrt(0.5)):
+        return None
+    return t[0], [scale, erf_node, add]
+
+
+def erf_gelu(node, lw):
+    """For the last node of torch's erf GeLU, ``0.5 * (x * (1 + erf(x / sqrt 2)))`` with the
+    halving anywhere in the product (operands in either order): ``(x, interior nodes)``, else None."""
+    if node.op_type != "Mul" or len(node.inputs) != 2 or not any(n.op_type == "Erf" for n in lw.g.nodes):
+        return None
+    producers = lw.g.producers()
+    s = _split(node, lw)
+    if s is not None:  # Mul(Mul(x, phi2), 0.5)
+        if not _close(s[1], 0.5) or (m := producers.get(s[0])) is None or m.op_type != "Mul" or _split(m, lw) is not None:
+            return None
+        for i in (0, 1):
+            found = _phi_of(m.inputs[1 - i], lw)
+            if found is not None and found[0] == m.inputs[i]:
+                return found[0], found[1] + [m]
+        return None
+    for i in (0, 1):  # Mul(Mul(x, 0.5), phi2)
+        h = producers.get(node.inputs[i])
+        found = _phi_of(node.inputs[1 - i], lw)
+        if found is not None and h is not None and h.op_type == "Mul" and (hs := _split(h, lw)) is not None \
+                and _close(hs[1], 0.5) and hs[0] == found[0]:
+            return found[0], found[1] + [h]
+    return None
+
+
+def inside_erf_gelu(node, lw) -> bool:
+    """The node is an interior node of an erf GeLU whose every output stays inside it."""
+    if node.op_type not in ("Div", "Mul", "Erf", "Add") or not any(n.op_type == "Erf" for n in lw.g.nodes):
+        return False
+    consumers = lw.g.consumers()
+    frontier, seen = [node], 0
+    while frontier and seen < 5:
+        nxt = []
+        for n in frontier:
+            for r in consumers.get(n.outputs[0], []):
+                found = erf_gelu(r, lw)
+                if found is not None and any(m is node for m in found[1]):
+                    inner = {id(m) for m in found[1]} | {id(r)}
+                    return all(out not in lw.g.outputs and all(id(c) in inner for c in consumers.get(out, []))
+                               for m in found[1] for out in m.outputs)
+                nxt.append(r)
+        frontier, seen = nxt, seen + 1
+    return False
+
+
+@handles("Erf")
+class Erf(OpHandler):
+    def check(self, node, lw):
+        return None if inside_erf_gelu(node, lw) else "Erf outside a GeLU"
+
+    def lower(self, node, lw):
+        pass
