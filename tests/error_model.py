@@ -86,13 +86,19 @@ def _fraction(x, predicate, channels: int, out=None) -> np.ndarray:
 
 def _erf_gelus(model, consts, consumers) -> dict[str, str]:
     """Torch's erf GeLU, ``Div(x, sqrt 2)`` (or ``Mul(x, 1/sqrt 2)``), Erf, Add 1 and two Muls
-    (by ``x`` and by 0.5, in either order): ``{its output: x}``, as the compiler fuses it."""
+    (by ``x`` and by 0.5, in either order), or its tanh form (Tanh of ``sqrt(2/pi) (x + 0.044715
+    x^3)`` for the Erf): ``{its output: x}``, as the compiler fuses it."""
     producers = {o: n for n in model.graph.node for o in n.output}
     found = {}
     for e in model.graph.node:
-        if e.op_type != "Erf" or e.input[0] not in producers:
+        if e.op_type not in ("Erf", "Tanh") or e.input[0] not in producers:
             continue
         x = next((i for i in producers[e.input[0]].input if i not in consts), None)
+        if e.op_type == "Tanh":  # sqrt(2/pi) (x + 0.044715 x^3): x is the Add's operand no Mul computes
+            add = producers.get(x)
+            if add is None or add.op_type != "Add":
+                continue
+            x = next((i for i in add.input if i not in producers or producers[i].op_type != "Mul"), None)
         adds = consumers.get(e.output[0], [])
         if x is None or len(adds) != 1 or adds[0].op_type != "Add":
             continue

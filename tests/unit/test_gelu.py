@@ -23,6 +23,15 @@ LSB = 2.0 ** -8
 def gelu_nodes(x: str, y: str, form: str):
     if form in ("none", "tanh"):
         return [helper.make_node("Gelu", [x], [y], name="gelu", approximate=form)]
+    if form.startswith("tanh_"):  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as torch writes it
+        c = {k: helper.make_node("Constant", [], [k], value=helper.make_tensor(k + "v", 1, [], [v]))
+             for k, v in (("three", 3.0), ("kappa", 0.044715), ("beta", np.sqrt(2 / np.pi)), ("one", 1.0), ("half", 0.5))}
+        cube = ([helper.make_node("Pow", [x, "three"], ["x3"], name="pow")] if form == "tanh_pow" else
+                [helper.make_node("Mul", [x, x], ["x2"], name="sq"), helper.make_node("Mul", [x, "x2"], ["x3"], name="cube")])
+        return [*c.values(), *cube, helper.make_node("Mul", ["kappa", "x3"], ["k"], name="kappa"),
+                helper.make_node("Add", [x, "k"], ["s"], name="inner"), helper.make_node("Mul", ["s", "beta"], ["sb"], name="beta"),
+                helper.make_node("Tanh", ["sb"], ["t"], name="tanh"), helper.make_node("Add", ["t", "one"], ["a"], name="add"),
+                helper.make_node("Mul", [x, "half"], ["h"], name="half"), helper.make_node("Mul", ["h", "a"], [y], name="mul")]
     half = helper.make_tensor("half", 1, [], [0.5])
     one = helper.make_tensor("one", 1, [], [1.0])
     scale = helper.make_node("Constant", [], ["k"], value=helper.make_tensor("kv", 1, [], [np.sqrt(2.0) if form != "erf_mul" else np.sqrt(0.5)]))
@@ -42,7 +51,7 @@ def test_gelu_on_every_input_within_the_stated_error():
     assert err <= MAX_ERROR_LSB
 
 
-@pytest.mark.parametrize("form", ["none", "tanh", "erf", "erf_mul", "erf_half_first"])
+@pytest.mark.parametrize("form", ["none", "tanh", "erf", "erf_mul", "erf_half_first", "tanh_pow", "tanh_mul"])
 def test_conv_gelu_is_one_layer_within_the_bound(form):
     rng = np.random.default_rng(5)
     p = {"w": rng.normal(0, 0.3, (17, 5, 3, 3)).astype(np.float32), "b": rng.normal(0, 0.5, 17).astype(np.float32)}
@@ -50,7 +59,7 @@ def test_conv_gelu_is_one_layer_within_the_bound(form):
                     *gelu_nodes("c", "y", form)], [("x", [1, 5, 7, 6])], [("y", None)], p, opset=20)
     (layer,) = ir_of(m, "ultra96v2").layers
     assert [p.kind for p in layer.post_ops] == ["gelu"]
-    if form.startswith("erf"):
+    if form.startswith(("erf", "tanh_")):
         assert not [n for n in m.graph.node if n.op_type == "Gelu"]
     x = rng.normal(0, 1, (1, 5, 7, 6)).astype(np.float32)
     ours = compile_model(m, "ultra96v2", host=False).run({"x": x})["y"]

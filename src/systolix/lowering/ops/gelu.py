@@ -3,7 +3,8 @@ computing ``x``: the ONNX ``Gelu`` op (opset 20; ``approximate`` 'none' or 'tanh
 under 1e-3, a quarter of an LSB) and torch's erf export, ``Div(x, sqrt 2)`` (or ``Mul`` by
 ``1/sqrt 2``), Erf, Add 1, a Mul by ``x`` and one by 0.5 in either order (``erf_gelu``: the
 last Mul lowers to the post-op on ``x``, the nodes inside to nothing; an Erf elsewhere is
-the host's).
+the host's), and its tanh form, ``Tanh(sqrt(2/pi) (x + 0.044715 x^3))`` (``Pow(x, 3)`` or
+``x x x``) in place of the Erf.
 
 SiLU's structure (``silu.py``) with ``Phi(x) = (2 + g) / 4``, ``g`` the clamp of lines
 approximating ``2 erf(x / sqrt 2)``. That rises faster than ``x`` (slope 1.596 at zero), so the
@@ -106,27 +107,67 @@ def _close(a, b) -> bool:
     return abs(a - b) < 1e-3 * abs(b)
 
 
+def _cube_of(name, lw):
+    """``x`` when ``name`` is ``Pow(x, 3)``, ``Mul(Mul(x, x), x)`` or ``Mul(x, Mul(x, x))``; and its nodes."""
+    producers = lw.g.producers()
+    n = producers.get(name)
+    if n is None:
+        return None
+    if n.op_type == "Pow" and len(n.inputs) == 2 and _scalar(lw, n.inputs[1]) == 3.0 and lw.g.const(n.inputs[0]) is None:
+        return n.inputs[0], [n]
+    if n.op_type != "Mul" or len(n.inputs) != 2:
+        return None
+    for i in (0, 1):
+        sq = producers.get(n.inputs[1 - i])
+        if sq is not None and sq.op_type == "Mul" and list(sq.inputs) == [n.inputs[i]] * 2:
+            return n.inputs[i], [sq, n]
+    return None
+
+
+def _tanh_inner(name, lw):
+    """``x`` when ``name`` is ``sqrt(2/pi) (x + 0.044715 x^3)``; and its nodes, the Add reading ``x`` first."""
+    producers = lw.g.producers()
+    m = producers.get(name)
+    if m is None or m.op_type != "Mul" or (s := _split(m, lw)) is None or not _close(s[1], np.sqrt(2 / np.pi)):
+        return None
+    add = producers.get(s[0])
+    if add is None or add.op_type != "Add" or len(add.inputs) != 2:
+        return None
+    for i in (0, 1):
+        k = producers.get(add.inputs[1 - i])
+        if k is None or k.op_type != "Mul" or (ks := _split(k, lw)) is None or not _close(ks[1], 0.044715):
+            continue
+        cube = _cube_of(ks[0], lw)
+        if cube is not None and cube[0] == add.inputs[i]:
+            return add.inputs[i], [add, *cube[1], k, m]
+    return None
+
+
 def _phi_of(name, lw):
-    """``x`` when ``name`` is ``1 + erf(x / sqrt 2)`` as torch exports it, else None; and its nodes."""
+    """``x`` when ``name`` is ``1 + erf(x / sqrt 2)`` or ``1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))``
+    as torch exports them, else None; and its nodes, the first reading ``x``."""
     producers = lw.g.producers()
     add = producers.get(name)
     if add is None or add.op_type != "Add" or (s := _split(add, lw)) is None or not _close(s[1], 1.0):
         return None
-    erf_node = producers.get(s[0])
-    if erf_node is None or erf_node.op_type != "Erf":
+    f = producers.get(s[0])
+    if f is not None and f.op_type == "Tanh":
+        inner = _tanh_inner(f.inputs[0], lw)
+        return None if inner is None else (inner[0], [*inner[1], f, add])
+    if f is None or f.op_type != "Erf":
         return None
-    scale = producers.get(erf_node.inputs[0])
+    scale = producers.get(f.inputs[0])
     if scale is None or scale.op_type not in ("Div", "Mul") or (t := _split(scale, lw)) is None:
         return None
     if not _close(t[1], np.sqrt(2.0) if scale.op_type == "Div" else np.sqrt(0.5)):
         return None
-    return t[0], [scale, erf_node, add]
+    return t[0], [scale, f, add]
 
 
 def erf_gelu(node, lw):
     """For the last node of torch's erf GeLU, ``0.5 * (x * (1 + erf(x / sqrt 2)))`` with the
     halving anywhere in the product (operands in either order): ``(x, interior nodes)``, else None."""
-    if node.op_type != "Mul" or len(node.inputs) != 2 or not any(n.op_type == "Erf" for n in lw.g.nodes):
+    if node.op_type != "Mul" or len(node.inputs) != 2 or not any(n.op_type in ("Erf", "Tanh") for n in lw.g.nodes):
         return None
     producers = lw.g.producers()
     s = _split(node, lw)
@@ -149,11 +190,11 @@ def erf_gelu(node, lw):
 
 def inside_erf_gelu(node, lw) -> bool:
     """The node is an interior node of an erf GeLU whose every output stays inside it."""
-    if node.op_type not in ("Div", "Mul", "Erf", "Add") or not any(n.op_type == "Erf" for n in lw.g.nodes):
+    if node.op_type not in ("Div", "Mul", "Erf", "Add", "Tanh", "Pow") or not any(n.op_type in ("Erf", "Tanh") for n in lw.g.nodes):
         return False
     consumers = lw.g.consumers()
     frontier, seen = [node], 0
-    while frontier and seen < 5:
+    while frontier and seen < 8:
         nxt = []
         for n in frontier:
             for r in consumers.get(n.outputs[0], []):
@@ -167,10 +208,10 @@ def inside_erf_gelu(node, lw) -> bool:
     return False
 
 
-@handles("Erf")
-class Erf(OpHandler):
+@handles("Erf", "Pow")
+class InsideGelu(OpHandler):
     def check(self, node, lw):
-        return None if inside_erf_gelu(node, lw) else "Erf outside a GeLU"
+        return None if inside_erf_gelu(node, lw) else f"{node.op_type} outside a GeLU"
 
     def lower(self, node, lw):
         pass
