@@ -1,4 +1,4 @@
-"""The lines of the piecewise-linear Sigmoid and Tanh (``systolix.lowering.ops.sigmoid``, ``tanh``).
+"""The lines of the piecewise-linear Sigmoid, Tanh and GeLU (``systolix.lowering.ops.sigmoid``, ``tanh``, ``gelu``).
 
     .venv/bin/python scripts/activation_lines.py sigmoid --tol 1.0
 
@@ -13,6 +13,7 @@ lines and the largest error; a few seconds.
 from __future__ import annotations
 
 import argparse
+import math
 
 import numpy as np
 
@@ -21,7 +22,13 @@ FUNCTIONS = {  # exact function on t in LSB, first line, top, intercepts to try
     # sigmoid(x) = 1/2 + V/4 with V = 2 tanh(x/2): the lines fit V, two bits finer than the output.
     "sigmoid": (512 * np.tanh(T / 512.0), (256, 0), 512, range(0, 513)),
     "tanh": (256 * np.tanh(T / 256.0), (256, 0), 256, range(0, 257)),
+    # GeLU's Phi(x) = 1/2 + V/4 with V = 2 erf(x / sqrt 2), fitted on y = 409/256 x (V's slope at
+    # zero is 1.596; on y it is under one, so y is the steepest line).
+    "gelu": (512 * np.vectorize(math.erf)(T / (409 * math.sqrt(2.0))), (256, 0), 512, range(0, 513)),
 }
+
+
+MIN_SLOPE = {"gelu": 1}  # GeLU's u (2 + g) / 4 needs V to reach 2 exactly far from zero
 
 
 def rne(p: np.ndarray) -> np.ndarray:
@@ -36,7 +43,7 @@ def design(op: str, tol: float) -> tuple[list[tuple[int, int]], float]:
     cur = np.minimum(rne(T * first[0]) + first[1], top)
     while np.any(np.abs(cur - f) > tol):
         reach, best = -1, None
-        for a in range(0, first[0]):
+        for a in range(MIN_SLOPE.get(op, 0), first[0]):
             comb = np.minimum(cur[:, None], rne(T[:, None] * a) + b[None, :])
             ok = np.abs(comb - f[:, None]) <= tol
             first_bad = np.where(ok.all(0), len(T), np.argmin(ok, axis=0))

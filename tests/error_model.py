@@ -24,7 +24,7 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from systolix.lowering.ops import hardswish, sigmoid, tanh
+from systolix.lowering.ops import gelu, hardswish, sigmoid, tanh
 
 LSB = 2.0 ** -8
 VR = LSB * LSB / 12.0
@@ -33,7 +33,7 @@ SIGMAS = 8.0
 # Activations the accelerator approximates with a SIMD sequence: (largest slope, the sequence's
 # largest error over every FP16BP8 input in LSB, as the README's table states it).
 APPROXIMATED = {"HardSwish": (1.5, hardswish.MAX_ERROR_LSB), "Sigmoid": (0.25, sigmoid.MAX_ERROR_LSB),
-                "Tanh": (1.0, tanh.MAX_ERROR_LSB)}
+                "Tanh": (1.0, tanh.MAX_ERROR_LSB), "Gelu": (1.13, gelu.MAX_ERROR_LSB)}
 
 
 def all_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -84,6 +84,35 @@ def _fraction(x, predicate, channels: int, out=None) -> np.ndarray:
     return np.array([float(np.mean(passed))])
 
 
+def _erf_gelus(model, consts, consumers) -> dict[str, str]:
+    """Torch's erf GeLU, ``Div(x, sqrt 2)`` (or ``Mul(x, 1/sqrt 2)``), Erf, Add 1 and two Muls
+    (by ``x`` and by 0.5, in either order), or its tanh form (Tanh of ``sqrt(2/pi) (x + 0.044715
+    x^3)`` for the Erf): ``{its output: x}``, as the compiler fuses it."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    found = {}
+    for e in model.graph.node:
+        if e.op_type not in ("Erf", "Tanh") or e.input[0] not in producers:
+            continue
+        x = next((i for i in producers[e.input[0]].input if i not in consts), None)
+        if e.op_type == "Tanh":  # sqrt(2/pi) (x + 0.044715 x^3): x is the Add's operand no Mul computes
+            add = producers.get(x)
+            if add is None or add.op_type != "Add":
+                continue
+            x = next((i for i in add.input if i not in producers or producers[i].op_type != "Mul"), None)
+        adds = consumers.get(e.output[0], [])
+        if x is None or len(adds) != 1 or adds[0].op_type != "Add":
+            continue
+        m1 = consumers.get(adds[0].output[0], [])
+        if len(m1) != 1 or m1[0].op_type != "Mul":
+            continue
+        other = next((i for i in m1[0].input if i != adds[0].output[0]), "")
+        if other in producers and producers[other].op_type == "Mul" and any(i in consts for i in producers[other].input):
+            found[m1[0].output[0]] = x  # Mul(Mul(x, 0.5), 1 + erf)
+        elif len(m2 := consumers.get(m1[0].output[0], [])) == 1 and m2[0].op_type == "Mul":
+            found[m2[0].output[0]] = x
+    return found
+
+
 def output_bounds(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, float]:
     """The bound on ``max |compiled - onnxruntime|`` for each output of ``model`` on ``feeds``.
 
@@ -122,11 +151,15 @@ def output_bounds(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[
         return np.asarray(consts[n.input[1]], np.float64) / np.sqrt(np.asarray(consts[n.input[4]], np.float64) + eps)
 
     folded: set[str] = set()
+    erf_gelus = _erf_gelus(model, consts, consumers)
     for n in model.graph.node:
         ins = list(n.input)
         x = ins[0] if ins else ""
         op = n.op_type
-        if n.name in folded and n.name:
+        if n.output[0] in erf_gelus:  # the last node of 0.5 x (1 + erf(x / sqrt 2)): one GeLU
+            slope, e_lsb = APPROXIMATED["Gelu"]
+            out_var = slope * slope * v(erf_gelus[n.output[0]]) + (e_lsb * LSB) ** 2 / 3
+        elif n.name in folded and n.name:
             out_var = v(x)
         elif op in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
             wname = ins[1] if ins[1] in consts else ins[0]

@@ -18,7 +18,7 @@ import dataclasses
 from systolix.hir_passes.uses import reader_counts
 from systolix.ir.hir import ConvLayer, HirProgram, RemapLayer
 
-POINTWISE = {"relu", "clip", "slope", "hard_sigmoid", "hard_swish", "sigmoid", "silu", "tanh", "mul"}
+POINTWISE = {"relu", "clip", "slope", "hard_sigmoid", "hard_swish", "sigmoid", "silu", "gelu", "tanh", "mul"}
 
 
 def _movable(layer) -> str | None:

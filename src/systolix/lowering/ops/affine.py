@@ -144,12 +144,27 @@ class Arithmetic(OpHandler):
         return _constant_plan(node, lw, node.op_type)
 
     def check(self, node, lw):
+        from systolix.lowering.ops.gelu import erf_gelu, inside_erf_gelu
+
+        if inside_erf_gelu(node, lw):
+            return None
+        if (gelu := erf_gelu(node, lw)) is not None:
+            scale = gelu[1][0]  # x / sqrt 2 reads x
+            return lw.activation_reason(scale, scale.inputs.index(gelu[0]))
         gated = gated_input(node, lw)
         if gated is not None:
             return lw.input_reason(node, gated[0]) or lw.activation_reason(node, gated[0])
         return refusal(self._plan(node, lw))
 
     def lower(self, node, lw):
+        from systolix.lowering.ops.gelu import GeluOp, erf_gelu, inside_erf_gelu
+
+        if inside_erf_gelu(node, lw):
+            return
+        if (gelu := erf_gelu(node, lw)) is not None:  # 0.5 x (1 + erf(x / sqrt 2)): one post-op on x
+            scale = gelu[1][0]
+            lw.post_op_layer(node, lw.act_of(scale, scale.inputs.index(gelu[0])), GeluOp(node=node.name))
+            return
         gated = gated_input(node, lw)
         if gated is not None:  # x * Sigmoid(x), x * HardSigmoid(x): one post-op on x
             i, op = gated

@@ -38,7 +38,13 @@ class TanhOp(ClampedLines):
 @handles("Tanh")
 class Tanh(OpHandler):
     def check(self, node, lw):
-        return lw.activation_reason(node, 0)
+        from systolix.lowering.ops.gelu import inside_erf_gelu  # GeLU's tanh form
+
+        return None if inside_erf_gelu(node, lw) else lw.activation_reason(node, 0)
 
     def lower(self, node, lw):
+        from systolix.lowering.ops.gelu import inside_erf_gelu
+
+        if inside_erf_gelu(node, lw):
+            return
         lw.post_op_layer(node, lw.act_of(node, 0), TanhOp(node=node.name))
