@@ -11,8 +11,7 @@ from onnx import helper
 
 from systolix.compiler import compile_model
 from systolix.lowering.ops.gelu import MAX_ERROR_LSB, _erf as erf
-from tests.error_model import output_bounds
-from tests.exhaustive import every_input, largest_error_lsb
+from tests.exhaustive import conv_3x3, error_against_onnxruntime, every_input, largest_error_lsb
 from tests.onnx_builders import ir_of, make_model
 
 pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
@@ -55,17 +54,13 @@ def test_gelu_on_every_input_within_the_stated_error():
 def test_conv_gelu_is_one_layer_within_the_bound(form):
     rng = np.random.default_rng(5)
     p = {"w": rng.normal(0, 0.3, (17, 5, 3, 3)).astype(np.float32), "b": rng.normal(0, 0.5, 17).astype(np.float32)}
-    m = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+    m = make_model([conv_3x3(),
                     *gelu_nodes("c", "y", form)], [("x", [1, 5, 7, 6])], [("y", None)], p, opset=20)
     (layer,) = ir_of(m, "ultra96v2").layers
     assert [p.kind for p in layer.post_ops] == ["gelu"]
     if form.startswith(("erf", "tanh_")):
         assert not [n for n in m.graph.node if n.op_type == "Gelu"]
-    x = rng.normal(0, 1, (1, 5, 7, 6)).astype(np.float32)
-    ours = compile_model(m, "ultra96v2", host=False).run({"x": x})["y"]
-    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    err, bound = float(np.max(np.abs(ours - ref))), output_bounds(m, {"x": x})["y"]
-    print(f"largest error {err / LSB:.2f} LSB, {err / bound:.0%} of its bound")
+    err, bound = error_against_onnxruntime(m, rng)
     assert err <= bound
 
 
