@@ -27,6 +27,7 @@ import numpy as np
 
 from systolix.isa import SimdOp
 from systolix.lowering.ops.lines import ClampedLines
+from systolix.lowering.ops.silu import emit_gated_tail
 from systolix.lowering.registry import OpHandler, handles
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -62,13 +63,8 @@ class GeluOp(ClampedLines):
         return y
 
     def emit_tail(self, t, slot, v, s, x) -> None:
-        quarter = t.acc_const + slot + 1 + 2 * len(self.LINES)
-        u = x - t.n_vec
-        e = t.e
-        e.simd(SimdOp.MAX, 0, 1, 1, read=s)  # r = g = clamp(y, -V, V)
-        e.simd(SimdOp.ADD, 0, 1, 1, read=quarter + 1)  # 2 + g
-        e.simd(SimdOp.MULTIPLY, 0, 1, 1, read=u)  # u (2 + g)
-        e.simd(SimdOp.MULTIPLY, 0, 1, 0, read=quarter, write=v, accumulate=True)  # x - u + u (2 + g) / 4
+        # the lines read y (= x here), u sits one tile before it
+        emit_gated_tail(t, t.acc_const + slot + 1 + 2 * len(self.LINES), v, s, u=x - t.n_vec)
 
     def text(self) -> str:
         return f"gelu ({len(self.LINES) + 1} lines)"

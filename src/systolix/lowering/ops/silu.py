@@ -45,13 +45,19 @@ class SiluOp(SigmoidOp):
         return u
 
     def emit_tail(self, t, slot, v, s, x) -> None:
-        quarter = t.acc_const + slot + 1 + 2 * len(self.LINES)
-        e = t.e
-        e.simd(SimdOp.MAX, 0, 1, 1, read=s)  # r = g = clamp(u, -V, V)
-        e.simd(SimdOp.ADD, 0, 1, 1, read=quarter + 1)  # 2 + g
-        e.simd(SimdOp.MULTIPLY, 0, 1, 1, read=x)  # u (2 + g)
-        e.simd(SimdOp.MULTIPLY, 0, 1, 0, read=quarter, write=v, accumulate=True)  # x - u + u (2 + g) / 4
+        emit_gated_tail(t, t.acc_const + slot + 1 + 2 * len(self.LINES), v, s, u=x)
 
     def text(self) -> str:
         return f"silu ({len(self.LINES) + 1} lines)"
 
+
+
+def emit_gated_tail(t, quarter: int, v: int, s: int, u: int) -> None:
+    """``x - u + u (2 + g) / 4`` into ``v`` (which holds ``x - u``): ``g = clamp(., -V, V)`` with
+    ``-V`` in the register and ``V`` at ``s``; ``quarter`` holds 1/4 and ``quarter + 1`` holds 2.
+    SiLU's and GeLU's sequences end alike."""
+    e = t.e
+    e.simd(SimdOp.MAX, 0, 1, 1, read=s)  # r = g = clamp(., -V, V)
+    e.simd(SimdOp.ADD, 0, 1, 1, read=quarter + 1)  # 2 + g
+    e.simd(SimdOp.MULTIPLY, 0, 1, 1, read=u)  # u (2 + g)
+    e.simd(SimdOp.MULTIPLY, 0, 1, 0, read=quarter, write=v, accumulate=True)  # x - u + u (2 + g) / 4
