@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 
 from systolix.compiler import compile_model
-from systolix.lowering.ops.gelu import MAX_ERROR_LSB, _erf as erf
+from systolix.lowering.ops.gelu import MAX_ERROR_LSB, erf
 from tests.exhaustive import conv_3x3, error_against_onnxruntime, every_input, largest_error_lsb
 from tests.onnx_builders import ir_of, make_model
 

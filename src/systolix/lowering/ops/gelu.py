@@ -30,7 +30,8 @@ from systolix.lowering.ops.lines import ClampedLines
 from systolix.lowering.ops.silu import emit_gated_tail
 from systolix.lowering.registry import OpHandler, handles
 
-_erf = np.vectorize(math.erf, otypes=[np.float64])
+# The error function on arrays (scipy is not a dependency).
+erf = np.vectorize(math.erf, otypes=[np.float64])
 
 MAX_ERROR_LSB = 1.3
 """The largest error over every FP16BP8 input, in LSB (README's table)."""
@@ -47,7 +48,7 @@ class GeluOp(ClampedLines):
     TOP: ClassVar[int] = 512
 
     def evaluate(self, acc, read):
-        return 0.5 * acc * (1.0 + _erf(acc / np.sqrt(2.0)))
+        return 0.5 * acc * (1.0 + erf(acc / np.sqrt(2.0)))
 
     def tail_constants(self):
         return [0.25, 2.0, 8.0, 409 / 256]
