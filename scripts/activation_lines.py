@@ -1,4 +1,4 @@
-"""The lines of the piecewise-linear Sigmoid, Tanh and GeLU (``systolix.lowering.ops.sigmoid``, ``tanh``, ``gelu``).
+"""The lines of the piecewise-linear Sigmoid, Tanh, GeLU and Softplus (``systolix.lowering.ops.sigmoid``, ``tanh``, ``gelu``, ``softplus``).
 
     .venv/bin/python scripts/activation_lines.py sigmoid --tol 1.0
 
@@ -7,7 +7,8 @@ above. Slopes and intercepts are FP16BP8 values (integers here, in LSB); each li
 as the SIMD unit does (the product rounded half to even, the add exact) on every grid ``t``.
 Greedy: starting from the tangent at zero, add the line that keeps the error within ``tol`` LSB
 the furthest, until it holds up to ``t = 8`` (past it both round to their limit). Prints the
-lines and the largest error; a few seconds.
+lines and the largest error; a few seconds. Softplus fits ``-h(t) = -log(1 + exp(-t))``, concave
+and rising to 0, under ``top = 0`` from its tangent at zero (``softplus(x) = max(x, 0) + h(|x|)``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ FUNCTIONS = {  # exact function on t in LSB, first line, top, intercepts to try
     # GeLU's Phi(x) = 1/2 + V/4 with V = 2 erf(x / sqrt 2), fitted on y = 409/256 x (V's slope at
     # zero is 1.596; on y it is under one, so y is the steepest line).
     "gelu": (512 * np.vectorize(math.erf)(T / (409 * math.sqrt(2.0))), (256, 0), 512, range(0, 513)),
+    "softplus": (-256 * np.log1p(np.exp(-T / 256.0)), (128, -177), 0, range(-178, 1)),
 }
 
 
-MIN_SLOPE = {"gelu": 1}  # GeLU's u (2 + g) / 4 needs V to reach 2 exactly far from zero
+MIN_SLOPE = {"gelu": 1, "softplus": 1}  # GeLU's V must reach 2 exactly far from zero, Softplus's lines 0
 
 
 def rne(p: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from systolix.lowering.ops import gelu, hardswish, sigmoid, tanh
+from systolix.lowering.ops import gelu, hardswish, mish, sigmoid, softplus, tanh
 
 LSB = 2.0 ** -8
 VR = LSB * LSB / 12.0
@@ -33,7 +33,8 @@ SIGMAS = 8.0
 # Activations the accelerator approximates with a SIMD sequence: (largest slope, the sequence's
 # largest error over every FP16BP8 input in LSB, as the README's table states it).
 APPROXIMATED = {"HardSwish": (1.5, hardswish.MAX_ERROR_LSB), "Sigmoid": (0.25, sigmoid.MAX_ERROR_LSB),
-                "Tanh": (1.0, tanh.MAX_ERROR_LSB), "Gelu": (1.13, gelu.MAX_ERROR_LSB)}
+                "Tanh": (1.0, tanh.MAX_ERROR_LSB), "Gelu": (1.13, gelu.MAX_ERROR_LSB),
+                "Softplus": (1.0, softplus.MAX_ERROR_LSB), "Mish": (1.09, mish.MAX_ERROR_LSB)}
 
 
 def all_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -113,6 +114,22 @@ def _erf_gelus(model, consts, consumers) -> dict[str, str]:
     return found
 
 
+def _mishes(model, consumers) -> dict[str, str]:
+    """``Mul(x, Tanh(Softplus(x)))`` (torch's Mish before opset 18): ``{its output: x}``, as the
+    compiler fuses it into one Mish."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    found = {}
+    for m in model.graph.node:
+        if m.op_type != "Mul" or len(m.input) != 2:
+            continue
+        for i in (0, 1):
+            t = producers.get(m.input[1 - i])
+            sp = producers.get(t.input[0]) if t is not None and t.op_type == "Tanh" else None
+            if sp is not None and sp.op_type == "Softplus" and sp.input[0] == m.input[i] and len(consumers.get(sp.output[0], [])) == 1:
+                found[m.output[0]] = m.input[i]
+    return found
+
+
 def output_bounds(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, float]:
     """The bound on ``max |compiled - onnxruntime|`` for each output of ``model`` on ``feeds``.
 
@@ -152,6 +169,7 @@ def output_bounds(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[
 
     folded: set[str] = set()
     erf_gelus = _erf_gelus(model, consts, consumers)
+    mishes = _mishes(model, consumers)
     for n in model.graph.node:
         ins = list(n.input)
         x = ins[0] if ins else ""
@@ -159,6 +177,9 @@ def output_bounds(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[
         if n.output[0] in erf_gelus:  # the last node of 0.5 x (1 + erf(x / sqrt 2)): one GeLU
             slope, e_lsb = APPROXIMATED["Gelu"]
             out_var = slope * slope * v(erf_gelus[n.output[0]]) + (e_lsb * LSB) ** 2 / 3
+        elif n.output[0] in mishes:  # x tanh(softplus(x)): one Mish
+            slope, e_lsb = APPROXIMATED["Mish"]
+            out_var = slope * slope * v(mishes[n.output[0]]) + (e_lsb * LSB) ** 2 / 3
         elif n.name in folded and n.name:
             out_var = v(x)
         elif op in ("Conv", "ConvTranspose", "Gemm", "MatMul"):

@@ -9,8 +9,10 @@ import pytest
 from systolix.codegen.conv import Tile
 from systolix.lowering.ops.gelu import GeluOp
 from systolix.lowering.ops.hardswish import HardSwishOp
+from systolix.lowering.ops.mish import MishOp
 from systolix.lowering.ops.sigmoid import SigmoidOp
 from systolix.lowering.ops.silu import SiluOp
+from systolix.lowering.ops.softplus import SoftplusOp
 from systolix.lowering.ops.tanh import TanhOp
 
 
@@ -22,7 +24,8 @@ class Recorder:
         self.calls.append((op, read, write))
 
 
-@pytest.mark.parametrize("op,per_vector", [(HardSwishOp(), 8), (SigmoidOp(), 33), (SiluOp(), 37), (TanhOp(), 39), (GeluOp(), 46)])
+@pytest.mark.parametrize("op,per_vector", [(HardSwishOp(), 8), (SigmoidOp(), 33), (SiluOp(), 37), (TanhOp(), 39), (GeluOp(), 46),
+                                           (SoftplusOp(), 43), (MishOp(), 58)])
 def test_instructions_per_vector(op, per_vector):
     n = 6
     t = Tile(Recorder(), None, 8, 0, 1, 0, 2, 3, stage=0, acc_const=1000, acc_scratch=0, acc_bcast=0, consts_local=False)

@@ -38,13 +38,19 @@ class TanhOp(ClampedLines):
 @handles("Tanh")
 class Tanh(OpHandler):
     def check(self, node, lw):
+        from systolix.lowering.ops.gates import feeds_only_gates  # Mish's Tanh
         from systolix.lowering.ops.gelu import inside_erf_gelu  # GeLU's tanh form
 
-        return None if inside_erf_gelu(node, lw) else lw.activation_reason(node, 0)
+        if inside_erf_gelu(node, lw):
+            return None
+        if feeds_only_gates(node, lw):  # its Softplus has no layer: the Mul reads Softplus's input
+            return lw.activation_reason(lw.g.producers()[node.inputs[0]], 0)
+        return lw.activation_reason(node, 0)
 
     def lower(self, node, lw):
+        from systolix.lowering.ops.gates import feeds_only_gates  # Mish's Tanh
         from systolix.lowering.ops.gelu import inside_erf_gelu
 
-        if inside_erf_gelu(node, lw):
+        if inside_erf_gelu(node, lw) or feeds_only_gates(node, lw):
             return
         lw.post_op_layer(node, lw.act_of(node, 0), TanhOp(node=node.name))
