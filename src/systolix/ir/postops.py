@@ -178,7 +178,17 @@ class MulTensor(PostOp):
 @dataclass(eq=False)
 class _Broadcast(PostOp):
     """An operation with a tensor of one value per channel (``[1, C, 1, 1]``): its vector for
-    each channel group goes into the accumulators beside the tile, then into the register."""
+    each channel group goes into the accumulators beside the tile, then into the register.
+
+    Why so (squeeze-excite's ``x * gate``): a SIMD instruction reads one accumulator and takes its
+    other operand from a register, so with a group's gate vector in the register (one Move a
+    group) each pixel vector of the group is one Multiply, ``rne(x g / 2^bp)``: the float product
+    rounded once, as the array would round it, so exact to the output's step. Two accumulator
+    operands (``MulTensor``) cost a Move more a vector. A diagonal weight tile built from the gate
+    (per group N multiplies by unit vectors and N moves to local memory, then LoadWeights) would
+    let the array's pass do the multiply and save the one instruction a vector, but needs weights
+    computed at run time, which planning and emission do not have; it pays only where H x W is
+    far above N."""
 
     operand: Any = None
     broadcast: ClassVar[bool] = True
