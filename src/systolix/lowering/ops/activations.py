@@ -61,9 +61,13 @@ class PRelu(OpHandler):
         slope = lw.const(node, 1)
         vec = lw.channel_vector(slope, lw.ref(node, 0))
         if vec is None:
-            return f"slope of shape {list(slope.shape)} is not per-channel"
-        if np.any(vec > 1) and np.any(vec <= 1):
-            return "slopes above 1 mixed with slopes below 1"
+            return (f"slope of shape {list(slope.shape)} varies within a channel of the input "
+                    f"{list(lw.ref(node, 0).shape)}; the accelerator applies one slope per channel")
+        # One SIMD max (slopes up to 1) or min (above 1) serves a group of N channels.
+        for g0 in range(0, len(vec), lw.N):
+            lanes = vec[g0:g0 + lw.N]
+            if np.any(lanes > 1) and np.any(lanes < 1):
+                return f"slopes above 1 and below 1 in one group of {lw.N} channels (channels {g0} to {g0 + len(lanes) - 1})"
         return lw.activation_reason(node, 0)
 
     def lower(self, node, lw):
