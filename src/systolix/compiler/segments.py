@@ -200,6 +200,13 @@ def split_constants(program: Program, ctx) -> Program:
             if not ctx.split:
                 raise SchedulingError(f"{error}; splitting the model into programs is off (--no-split)") from None
             large = [entry for entry in error.layers if entry[2] > error.depth]
+            if large and error.where != "DRAM1":
+                # Constants in local memory leave the rest of it to the layer's activations: a
+                # slice that fills it would not run either.
+                layer, nodes, vectors = large[0]
+                raise SchedulingError(f"{error.context}layer {layer!r} (node {', '.join(nodes) or '?'}): its constants need "
+                                      f"{vectors} vectors of {error.where} but the architecture has {error.depth}; a layer "
+                                      "is split by output channels only for DRAM1") from None
             if large:
                 program = split_large_layer(program, ctx, error, *large[0])
                 break
@@ -207,7 +214,7 @@ def split_constants(program: Program, ctx) -> Program:
             if not more or program.cuts.issuperset(more):
                 # Layers that cannot be cut apart (a layer and the relayout its input needs):
                 # halve the largest one that splits, else the overflow is the error.
-                halved = halve_a_layer(program, ctx, error)
+                halved = halve_a_layer(program, ctx, error) if error.where == "DRAM1" else None
                 if halved is None:
                     raise error
                 program = halved
