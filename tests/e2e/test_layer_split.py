@@ -10,8 +10,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import helper
+from rich.console import Console
 
 from systolix.arch import get_architecture
+from systolix.cli.compile import summary_tables
 from systolix.compiler import compile_model
 from systolix.planning.errors import SchedulingError
 from tests.error_model import output_bounds
@@ -28,6 +30,10 @@ def classifier(op: str = "Gemm", seed: int = 0):
          "w2": rng.normal(0, 0.1, (200, 10)).astype(np.float32)}
     if op == "Gemm":
         fc1 = helper.make_node("Gemm", ["f", "w1", "b1"], ["g"], name="fc1", transB=1)
+    elif op == "Gemm alpha beta":
+        # B not transposed, C a row: both sliced along the outputs; alpha and beta kept.
+        p["w1"], p["b1"] = np.ascontiguousarray(p["w1"].T), p["b1"].reshape(1, 200)
+        fc1 = helper.make_node("Gemm", ["f", "w1", "b1"], ["g"], name="fc1", alpha=0.5, beta=2.0)
     else:
         p["w1"] = np.ascontiguousarray(p["w1"].T)
         fc1 = helper.make_node("MatMul", ["f", "w1"], ["g"], name="fc1")
@@ -57,7 +63,7 @@ def check_against_whole_and_onnxruntime(model, split, seed=1):
         assert float(np.max(np.abs(ours[k] - ref))) <= next(iter(output_bounds(model, item).values()))
 
 
-@pytest.mark.parametrize("op", ["Gemm", "MatMul"])
+@pytest.mark.parametrize("op", ["Gemm", "Gemm alpha beta", "MatMul"])
 def test_a_fully_connected_layer_past_dram1_is_split_by_output_channels(op):
     # fc1 reads the 4x4x4 input in place: 25 groups of 8 outputs, 129 vectors each (3,225 in all).
     model = classifier(op)
@@ -73,6 +79,11 @@ def test_a_fully_connected_layer_past_dram1_is_split_by_output_channels(op):
     assert split.summary.placement_ops["fc1/concat"] == ("Concat", "accelerator")
     assert len(segments) >= split.summary.split_layers["fc1"]
     check_against_whole_and_onnxruntime(model, split)
+    # The compile summary says so.
+    console = Console(width=200, record=True)
+    for table in summary_tables(split.summary):
+        console.print(table)
+    assert f"fc1 into {split.summary.split_layers['fc1']} slices of output channels" in console.export_text()
 
 
 def test_a_convolution_past_dram1_is_split_with_its_batch_norm():
