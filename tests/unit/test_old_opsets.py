@@ -142,11 +142,29 @@ def test_prelu_slope_in_every_per_channel_form(shape, opset):
 
 
 @pytest.mark.parametrize("shape", [(8, 6, 5), (1, 8, 6, 5), (5,), (6, 1)], ids=str)
-def test_prelu_slope_varying_over_pixels_runs_on_the_host(shape):
-    """Keras' PReLU (a slope per element) and slopes along W or H: the host, saying why."""
-    compiled = check(prelu(np.random.default_rng(5).uniform(0.05, 0.5, shape), 9), host=True)
-    assert compiled.summary.host_nodes == ["prelu"]
-    assert "varies within a channel" in compiled.summary.host_reasons["prelu"]
+def test_prelu_slope_varying_over_pixels(shape):
+    """Keras' PReLU (a slope per element) and slopes along W or H: the slopes beside the tile."""
+    compiled = check(prelu(np.random.default_rng(5).uniform(0.05, 0.95, shape), 9))
+    assert compiled.summary.placement_ops["prelu"] == ("PRelu", "accelerator")
+
+
+@pytest.mark.parametrize("strategy,memories", [("local-isolated", {"local_depth": 600, "accumulator_depth": 96}),
+                                               ("local-consts", {})])
+def test_prelu_slope_per_element_in_row_tiles_and_local_constants(strategy, memories):
+    """Slopes above 1 (a min), the map read a few rows at a time, or from local memory."""
+    from systolix.arch import get_architecture
+
+    rng = np.random.default_rng(2)
+    w, s = rng.normal(0, 0.3, (12, 3, 3, 3)).astype(np.float32), rng.uniform(1.0, 2.5, (12, 12, 10)).astype(np.float32)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                        helper.make_node("PRelu", ["c", "s"], ["y"], name="prelu")], [("x", [1, 3, 12, 10])], [("y", None)],
+                       {"w": w, "s": s})
+    x = rng.normal(0, 1, (1, 3, 12, 10)).astype(np.float32)
+    compiled = compile_model(model, get_architecture("pynqz1").model_copy(update=memories), strategy=strategy, host=False)
+    if memories:
+        assert compiled.summary.layers[0].stages > 1
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert float(np.max(np.abs(compiled.run({"x": x})["y"] - expected))) <= output_bounds(model, {"x": x})["y"]
 
 
 def test_prelu_slopes_above_and_below_one():
@@ -157,6 +175,10 @@ def test_prelu_slopes_above_and_below_one():
     mixed = np.array([0.1] * 4 + [1.5] * 12).reshape(16, 1, 1)
     compiled = check(prelu(mixed, 9, cout=16), host=True)
     assert "one group of 8 channels (channels 0 to 7)" in compiled.summary.host_reasons["prelu"]
+    per_element = np.full((16, 6, 5), 0.2)
+    per_element[9, 2, 3] = 1.5
+    compiled = check(prelu(per_element, 9, cout=16), host=True)
+    assert "one group of 8 channels (channels 8 to 15)" in compiled.summary.host_reasons["prelu"]
 
 
 @pytest.mark.parametrize("opset", [9, 11, 13])
