@@ -1,6 +1,8 @@
 """Old opsets (7 to 11) and what older exporters write: unused optional outputs (Dropout's mask,
 BatchNormalization's training statistics), Upsample, LRN, attributes where newer opsets take
-inputs (Clip, Pad, Squeeze, Unsqueeze), DepthToSpace and SpaceToDepth. Each model is compiled,
+inputs (Clip, Pad, Squeeze, Unsqueeze), DepthToSpace and SpaceToDepth; and the variety of
+exporters up to opset 21: PRelu's slope in every broadcast form, torch's shape arithmetic,
+InstanceNormalization, MaxPool's indices and Split outputs nothing reads. Each model is compiled,
 run on the emulator and compared with onnxruntime within the FP16BP8 bound of
 ``tests/error_model.py``."""
 
@@ -132,7 +134,7 @@ def prelu(slope, opset, cout=8):
     return conv_then([helper.make_node("PRelu", ["c", "s"], ["y"], name="prelu")], opset, {"s": np.asarray(slope, np.float32)}, cout)
 
 
-@pytest.mark.parametrize("opset", [7, 16])
+@pytest.mark.parametrize("opset", [7, 16, 21])
 @pytest.mark.parametrize("shape", [(), (1,), (8, 1, 1), (1, 8, 1, 1), (1, 1, 1)], ids=str)
 def test_prelu_slope_in_every_per_channel_form(shape, opset):
     """A scalar, a [1], torch's [C, 1, 1], a [1, C, 1, 1] and a [1, 1, 1]: one slope per channel."""
@@ -181,7 +183,7 @@ def test_prelu_slopes_above_and_below_one():
     assert "one group of 8 channels (channels 8 to 15)" in compiled.summary.host_reasons["prelu"]
 
 
-@pytest.mark.parametrize("opset", [9, 11, 13])
+@pytest.mark.parametrize("opset", [9, 11, 13, 21])
 def test_torch_view_by_its_own_size_folds(opset):
     """``x.view(x.size(0), -1)`` as torch exports it: Shape, Gather, Unsqueeze (axes an attribute
     before opset 13, an input after), Concat with -1, Reshape; all folded to a constant shape."""
@@ -204,7 +206,7 @@ def instance_norm(x, out):
     return helper.make_node("InstanceNormalization", [x, "sc", "bb"], [out], name="inorm", epsilon=1e-5)
 
 
-@pytest.mark.parametrize("opset", [7, 13])
+@pytest.mark.parametrize("opset", [7, 21])
 def test_instance_norm_of_a_computed_map_runs_on_the_host(opset):
     compiled = check(conv_then([instance_norm("c", "y")], opset, IN_PARAMS), host=True)
     assert compiled.summary.host_nodes == ["inorm"]
