@@ -95,6 +95,8 @@ def split_by_output_channels(graph: Graph, model: onnx.ModelProto, index: int, b
     new_nodes: list[Node] = []
 
     def constant(name: str, value: np.ndarray) -> str:
+        if name in tensors:  # (one tensor in two roles: a batch norm's mean and bias, say)
+            return name
         value = np.ascontiguousarray(value)
         tensors[name] = Tensor(name, tuple(value.shape), str(value.dtype), value)
         inits.append(numpy_helper.from_array(value, name))
