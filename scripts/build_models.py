@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="models to build (default: all, or all of --family)")
     parser.add_argument("-o", "--out", type=Path, help="folder to write the .onnx files into")
-    parser.add_argument("--family", help="only this family: benchmark, network, ops, host, cnn, bad")
+    parser.add_argument("--family", help="only this family: benchmark, network, classic, ops, host, cnn, bad")
     parser.add_argument("--opset", type=int, help="ONNX opset (default: each model's own default)")
     parser.add_argument("--small", action="store_true", help="skip the large models (ResNet-50, YOLOv4-tiny)")
     parser.add_argument("--list", action="store_true", help="list the models and exit")

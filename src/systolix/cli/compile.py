@@ -50,6 +50,8 @@ def summary_tables(summary) -> list[Table]:
     if summary.constant_cuts:
         totals.add_row("constants", f"{summary.consts_vectors:,} vectors, more than {consts_memory}'s {consts_depth:,}: "
                                     f"{summary.constant_cuts + 1} programs in a row, each with its own constants")
+    if summary.split_layers:
+        totals.add_row("split layers", ", ".join(f"{name} into {k} slices of output channels" for name, k in summary.split_layers.items()))
     if summary.calibration_samples:
         exps = [int(k) for g in summary.gains.values() for k in g]
         span = f", gains 2^{min(exps)} to 2^{max(exps)}" if exps else ""
@@ -105,7 +107,8 @@ def compile_command(
                                         "axis; a hundred or more, like the data the model will see): amplify each layer's "
                                         "weights as far as their accumulator ranges allow."),
     no_split: bool = typer.Option(False, "--no-split",
-                                  help="Fail when the constants exceed DRAM1 instead of cutting the model into programs run in a row."),
+                                  help="Fail when the constants exceed DRAM1 instead of cutting the model into programs run in a row "
+                                       "(and a layer too large for DRAM1 by output channels)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the path of the written .tmodel."),
     dump_ir: Path = typer.Option(None, "--dump-ir",
                                  help="Write the graph, HIR, plan and LIR after every pass into this directory, as text "

@@ -65,6 +65,8 @@ class CompileSummary:
     conv_layers: int = 0
     rounded: list[str] = field(default_factory=list)
     """conv layers whose weights calibration rounded (GPTQ), by name"""
+    split_layers: dict[str, int] = field(default_factory=dict)
+    """nodes too large for DRAM1, split by output channels: node name -> slices"""
 
     @property
     def host_nodes(self) -> list[str]:
@@ -187,6 +189,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     samples = None if calibration is None else calibration_samples(calibration, graph)
     ctx = CompileContext(arch, strategy, samples, host, split, listing, name, progress=progress, onnx_model=onnx_model)
     program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
+    graph = program.graph  # (a layer too large for DRAM1 is split into several nodes)
     segments = program.segments
     placement = {}
     for seg in segments:
@@ -206,6 +209,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     top = f"{name}.tmodel"
     files = {k: v for k, v in files.items() if k != top} | {top: files[top]}
     summary = _summary(source, arch, strategy, program, placement, samples)
+    summary.split_layers = dict(ctx.split_layers)
     summary.seconds = time.perf_counter() - started
     tmp = Path(tempfile.mkdtemp(prefix="systolix-compile-"))
     try:

@@ -31,6 +31,9 @@ class CompileContext:
     probes: dict = field(default_factory=dict)
     """onnxruntime probes of resize nodes (``systolix.lowering.ops.resize``): placement and
     every lowering of a segment ask the same questions."""
+    split_layers: dict[str, int] = field(default_factory=dict)
+    """Nodes ``split_constants`` split by output channels (too large for DRAM1), each with its
+    number of slices."""
     catch_up: Callable[[Any], Any] | None = None
     """Set by the driver: brings the segments of a re-partitioned program as far as the passes
     before the current one (``split_constants`` cuts programs)."""

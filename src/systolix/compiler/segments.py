@@ -4,7 +4,8 @@ not fit.
 Consecutive nodes with the same placement make a segment, the way Xilinx's compiler partitions
 a graph into DPU and CPU subgraphs; a model with no host node is one accelerator program. A
 program whose constants exceed DRAM1 (or local memory, local-consts) is cut between layers into
-programs run one after another, each keeping its own constants in its own DRAM buffer (the
+programs run one after another (a layer whose constants alone exceed it is first split by output
+channels, ``systolix.compiler.split_layer``), each keeping its own constants in its own DRAM buffer (the
 driver points the DRAM1 offset register at it); the tensors crossing a cut go through DRAM0 as
 the model's own inputs and outputs do.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import onnx
 
+from systolix.compiler import split_layer
 from systolix.compiler.calibration import tensor_values
 from systolix.compiler.program import Program, Segment
 from systolix.ir import Graph
@@ -124,27 +126,70 @@ def overflow(plan, ctx) -> ConstantsDoNotFit | None:
 
 def constant_cuts(graph: Graph, seg: Segment, error: ConstantsDoNotFit) -> list[int]:
     """Nodes (graph indices) at which to start new programs so that each one's constants fit:
-    greedily, layer by layer in program order, from each layer's share in ``error``."""
+    greedily, in node order (a layer counted at its first node: a relayout can come after the
+    layer that reads its input directly), from each layer's share in ``error`` (every layer's
+    share fits: ``split_large_layer`` saw to it)."""
     position = {n.name: i for i, n in enumerate(graph.nodes)}
     first = seg.nodes[0]
-    cuts, used = [], 0
+    at_node: dict[int, int] = {}
     for layer, nodes, vectors in error.layers:
-        if vectors > error.depth:
-            raise SchedulingError(f"{error.context}layer {layer!r} (node {', '.join(nodes) or '?'}): its constants need {vectors} vectors "
-                                  f"of {error.where} but the architecture has {error.depth}; one layer is never split "
-                                  "across programs") from None
-        at = min((position[n] for n in nodes if n in position), default=None)
-        if used + vectors > error.depth and at is not None and at > first:
+        at = min((position[n] for n in nodes if n in position), default=first)
+        at_node[at] = at_node.get(at, 0) + vectors
+    cuts, used = [], 0
+    for at, vectors in sorted(at_node.items()):
+        if used + vectors > error.depth and at > first:
             cuts.append(at)
             used = 0
         used += vectors
     return cuts
 
 
+def _splittable_node(graph: Graph, nodes: list[str]) -> list[int]:
+    position = {n.name: i for i, n in enumerate(graph.nodes)}
+    return [position[n] for n in nodes if n in position and graph.nodes[position[n]].op_type in split_layer.SPLITTABLE]
+
+
+def halve_a_layer(program: Program, ctx, error: ConstantsDoNotFit) -> Program | None:
+    """The program with the largest layer of ``error`` that splits by output channels split in
+    two, re-partitioned; None if none does."""
+    graph, N = program.graph, ctx.arch.array_size
+    for layer, nodes, vectors in sorted(error.layers, key=lambda entry: -entry[2]):
+        at = _splittable_node(graph, nodes)
+        if at and split_layer.why_not(graph, graph.nodes[at[0]]) is None and split_layer.output_channels(graph, graph.nodes[at[0]]) > N:
+            return split_large_layer(program, ctx, error, layer, nodes, vectors, depth=-(-vectors // 2))
+    return None
+
+
+def split_large_layer(program: Program, ctx, error: ConstantsDoNotFit, layer: str, nodes: list[str], vectors: int,
+                      depth: int | None = None) -> Program:
+    """The program with the layer whose constants alone exceed their memory split by output
+    channels into slices of at most ``depth`` vectors (the memory's, by default;
+    ``systolix.compiler.split_layer``), re-partitioned; an error naming the layer when it cannot
+    be split."""
+    graph = program.graph
+    at = _splittable_node(graph, nodes)
+    head = (f"{error.context}layer {layer!r} (node {', '.join(nodes) or '?'}): its constants need {vectors} vectors "
+            f"of {error.where} but the architecture has {error.depth}")
+    if not at:
+        raise SchedulingError(f"{head}; only Gemm, MatMul and Conv layers are split by output channels") from None
+    index = at[0]
+    reason = split_layer.why_not(graph, graph.nodes[index])
+    if reason:
+        raise SchedulingError(f"{head}; it cannot be split by output channels: {reason}") from None
+    N = ctx.arch.array_size
+    bounds = split_layer.channel_bounds(split_layer.output_channels(graph, graph.nodes[index]), N, vectors, depth or error.depth)
+    if bounds is None or len(bounds) < 2:
+        raise SchedulingError(f"{head}; even one group of {N} output channels needs more (a layer is split only by output channels)") from None
+    ctx.split_layers[graph.nodes[index].name] = len(bounds)
+    graph, ctx.onnx_model, where = split_layer.split_by_output_channels(graph, ctx.onnx_model, index, bounds)
+    return ctx.catch_up(partition(graph, ctx, {where[c] for c in program.cuts}, program))
+
+
 def split_constants(program: Program, ctx) -> Program:
-    """The pass: while an accelerator program's constants do not fit, cut it (``ctx.split``; else
-    the overflow is an error) and bring the new segments as far as the passes before this one
-    (``ctx.catch_up``)."""
+    """The pass: while an accelerator program's constants do not fit, split a layer whose
+    constants alone exceed the memory by output channels, or else cut the program between layers
+    (``ctx.split``; else the overflow is an error), and bring the new segments as far as the
+    passes before this one (``ctx.catch_up``)."""
     while True:
         for seg in program.segments:
             if seg.kind != "accelerator":
@@ -154,9 +199,26 @@ def split_constants(program: Program, ctx) -> Program:
                 continue
             if not ctx.split:
                 raise SchedulingError(f"{error}; splitting the model into programs is off (--no-split)") from None
+            large = [entry for entry in error.layers if entry[2] > error.depth]
+            if large and error.where != "DRAM1":
+                # Constants in local memory leave the rest of it to the layer's activations: a
+                # slice that fills it would not run either.
+                layer, nodes, vectors = large[0]
+                raise SchedulingError(f"{error.context}layer {layer!r} (node {', '.join(nodes) or '?'}): its constants need "
+                                      f"{vectors} vectors of {error.where} but the architecture has {error.depth}; a layer "
+                                      "is split by output channels only for DRAM1") from None
+            if large:
+                program = split_large_layer(program, ctx, error, *large[0])
+                break
             more = constant_cuts(program.graph, seg, error)
             if not more or program.cuts.issuperset(more):
-                raise error
+                # Layers that cannot be cut apart (a layer and the relayout its input needs):
+                # halve the largest one that splits, else the overflow is the error.
+                halved = halve_a_layer(program, ctx, error) if error.where == "DRAM1" else None
+                if halved is None:
+                    raise error
+                program = halved
+                break
             program = ctx.catch_up(partition(program.graph, ctx, program.cuts | set(more), program))
             break
         else:

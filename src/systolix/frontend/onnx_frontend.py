@@ -163,6 +163,16 @@ def _evaluate(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opsets) -> lis
     return ReferenceEvaluator(model).run(None, {i: feeds[i] for i in node.input if i})
 
 
+def _one_pixel_instance_norm(node: onnx.NodeProto, consts: dict[str, np.ndarray], shapes) -> np.ndarray | None:
+    """The output of an InstanceNormalization over maps of one pixel (its bias ``B``, broadcast),
+    or None when the map is larger, its shape unknown or its bias computed."""
+    shape = shapes.get(node.input[0])
+    if shape is None or len(shape) < 3 or int(np.prod(shape[2:])) != 1 or node.input[2] not in consts:
+        return None
+    bias = np.asarray(consts[node.input[2]], np.float32).reshape(1, -1, *([1] * (len(shape) - 2)))
+    return np.ascontiguousarray(np.broadcast_to(bias, tuple(shape)))
+
+
 def fold_constants(model: onnx.ModelProto, source: str = "model", shapes=None) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """Fold every node whose inputs are all known; returns the reduced model and the constants.
 
@@ -187,6 +197,10 @@ def fold_constants(model: onnx.ModelProto, source: str = "model", shapes=None) -
                 a = _attrs(node)
                 start, end = a.get("start", 0), a.get("end", None)
                 consts[node.output[0]] = shape[start:end]
+            continue
+        if node.op_type == "InstanceNormalization" and _one_pixel_instance_norm(node, consts, shapes) is not None:
+            # A map of one pixel: x - mean(x) is 0 and the output is B, whatever x is.
+            consts[node.output[0]] = _one_pixel_instance_norm(node, consts, shapes)
             continue
         if known and node.domain in ("", "ai.onnx") and node.op_type not in NONDETERMINISTIC:
             try:

@@ -8,6 +8,8 @@ gives inputs of the model's own shapes (image-like for images).
 Families:
   * ``benchmark``: ``resnet20v2``, ``resnet50v2``, ``yolov4_tiny`` (the three models of Tensil's published benchmarks);
   * ``network``: ``mobilenetv2_block``, ``mlp``, ``digits_cnn`` (trained on scikit-learn's digits);
+  * ``classic``: ``squeezenet10_zoo``, ``inception_v1_zoo``, ``vgg19_classifier``, as the ONNX model zoo's
+    early files (opsets 7 to 9) spell them (:mod:`systolix.models.classic_zoo`);
   * ``ops`` / ``host`` / ``cnn``: the op catalogue of :mod:`systolix.models.ops`;
   * ``bad``: valid ONNX the compiler must refuse (weights that are model inputs).
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 import onnx
 
 from systolix.models._graph import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, ModelBuildError
+from systolix.models import classic_zoo
 from systolix.models.digits import DigitsCNN, build_digits_cnn, digits_split
 from systolix.models.inputs import example_input_set, example_inputs
 from systolix.models.mlp import mlp
@@ -76,6 +79,18 @@ MODELS: dict[str, ModelSpec] = {
     "mlp": ModelSpec("mlp", mlp, "MLP 37 -> 61 -> 29 -> 10 (Gemm + Relu)", "network"),
     "digits_cnn": ModelSpec("digits_cnn", _digits, "CNN trained on scikit-learn digits (8x8), 10 classes",
                             "network"),
+    "squeezenet10_zoo": ModelSpec("squeezenet10_zoo", classic_zoo.squeezenet10_zoo, "SqueezeNet 1.0 as the ONNX zoo's "
+                                  "opset 7-9 files (Dropout mask, ceil-mode pools, Softmax), 224x224x3", "classic",
+                                  large=True, default_opset=classic_zoo.DEFAULT_OPSET, min_opset=classic_zoo.MIN_OPSET,
+                                  max_opset=classic_zoo.MAX_OPSET),
+    "inception_v1_zoo": ModelSpec("inception_v1_zoo", classic_zoo.inception_v1_zoo, "Inception v1 (GoogLeNet) as the "
+                                  "ONNX zoo's opset 7-9 files (LRN, Dropout mask, Reshape by initializer), 224x224x3",
+                                  "classic", large=True, default_opset=classic_zoo.DEFAULT_OPSET,
+                                  min_opset=classic_zoo.MIN_OPSET, max_opset=classic_zoo.MAX_OPSET),
+    "vgg19_classifier": ModelSpec("vgg19_classifier", classic_zoo.vgg19_classifier, "VGG-19's classifier from "
+                                  "[1, 512, 7, 7] (fc6 25088 -> 4096 exceeds ultra96v2's DRAM1)", "classic", large=True,
+                                  default_opset=classic_zoo.DEFAULT_OPSET, min_opset=classic_zoo.MIN_OPSET,
+                                  max_opset=classic_zoo.MAX_OPSET),
 }
 for _name, _case in CASES.items():
     MODELS[_name] = ModelSpec(_name, _case_builder(_name), _case.description, _name.split("/")[0],
