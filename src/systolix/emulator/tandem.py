@@ -259,7 +259,9 @@ class TandemUnit:
 @dataclass(frozen=True)
 class TandemSummary:
     """What ``analyse_tandem`` found: times each instruction runs, vectors of ``acc`` and
-    ``local`` needed, and the first bad instruction (index, message) if any."""
+    ``local`` needed, and the first bad instruction if any: ``(index, message)``, the index
+    where a run stops, which is the outermost loop around the bad instruction (a loop runs
+    whole or not at all); the message names the bad instruction itself."""
 
     executions: np.ndarray
     needed: dict[str, int]
@@ -279,8 +281,11 @@ def analyse_tandem(program, arch, source: str = "program", describe=None) -> Tan
     describe = describe or (lambda i: repr(program.instruction(i)))
     cfg = arch.tandem
 
+    loops: list[tuple[int, int, int, int]] = []  # (level, iterations, end index, start) of the loops around
+
     def bad(i: int, why: str) -> TandemSummary:
-        return TandemSummary(executions, needed, (i, f"{source}: instruction #{i} ({describe(i)}) {why}"))
+        stop = loops[0][3] if loops else i
+        return TandemSummary(executions, needed, (stop, f"{source}: instruction #{i} ({describe(i)}) {why}"))
 
     if not rows.size:
         return TandemSummary(executions, needed, None)
@@ -290,7 +295,6 @@ def analyse_tandem(program, arch, source: str = "program", describe=None) -> Tan
     depth = {Namespace.ACC: arch.accumulator_depth, Namespace.LOCAL: arch.local_depth, Namespace.INTERIM: cfg.interim_depth}
     base = np.zeros((3, cfg.iterators), np.int64)
     stride = np.zeros((3, cfg.iterators, cfg.loop_levels), np.int64)
-    loops: list[tuple[int, int, int]] = []  # (level, iterations, end index) of the loops around
     for i in rows:
         i = int(i)
         while loops and loops[-1][2] <= i:
@@ -316,7 +320,7 @@ def analyse_tandem(program, arch, source: str = "program", describe=None) -> Tan
             continue
         if isinstance(ins, TSync):
             continue
-        active = [(lv, it) for lv, it, _ in loops]
+        active = [(lv, it) for lv, it, _, _ in loops]
         if isinstance(ins, TLoop):
             end = i + 1 + ins.body
             if ins.level >= cfg.loop_levels:
@@ -332,7 +336,7 @@ def analyse_tandem(program, arch, source: str = "program", describe=None) -> Tan
                 j = i + 1 + int(np.flatnonzero(~body_ok)[0])
                 return bad(i, f"has instruction #{j} ({describe(j)}) in its body; a loop body holds only TLoop, TAlu, "
                               "TCalc, TCmp, TPermute and TCast")
-            loops.append((ins.level, ins.iterations, end))
+            loops.append((ins.level, ins.iterations, end, i))
             continue
         executions[i] = int(np.prod([it for _, it in active], dtype=np.int64)) if active else 1
         if isinstance(ins, TCast) and (ins.width > wbits or ins.frac > wbp):
