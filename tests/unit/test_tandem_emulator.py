@@ -251,6 +251,7 @@ def test_addresses_outside_a_namespace_stop_the_run_at_that_instruction_with_its
     ("TIter base interim.0 = 1024\nTAlu Move interim.0 <- acc.1\n", "past tandem.interim_depth 1024"),
     ("TIter stride acc.0 level=0 = -1\nTLoop level=0 iterations=2 body=1\nTAlu Move acc.0 <- acc.1\n", "below 0"),
     ("TImm imm.0 = 0\nTCast acc.0 <- acc.1 width=33 frac=8\n", "casts to 33 bits"),
+    ("TSync release buf=1\nTSync wait buf=2\n", "waits for buffer 2, which no earlier TSync release hands back"),
 ])
 def test_malformed_loops_and_operands_are_refused_before_they_run(listing, fragment):
     program = decode_program(assemble(listing, LAYOUT), LAYOUT)

@@ -58,7 +58,8 @@ tandem_instructions = st.one_of(
     st.builds(TCmp, st.sampled_from(list(TCmpOp)), dest, operand, operand),
     st.builds(TPermute, st.sampled_from(list(TPermuteOp)), dest, operand),
     st.builds(TCast, dest, operand, st.integers(1, 64), st.integers(0, 63)),
-    st.builds(TSync, st.sampled_from(list(TSyncKind))),
+    st.builds(TSync, st.sampled_from([TSyncKind.TO_UNIT, TSyncKind.TO_ARRAY])),
+    st.builds(TSync, st.sampled_from([TSyncKind.RELEASE, TSyncKind.WAIT]), st.integers(0, 3)),
 )
 
 
@@ -131,7 +132,8 @@ def _word(layout, opcode, func, payload):
     (0x8, 0, 1 << 24, "bits set above its fields"),
     (0x8, int(TAluOp.MOVE), 1 << 16, "Move with a second source"),
     (0x6, 0, 3 << 33, "iterators of namespace 3"),
-    (0xD, 2, 0, "undefined function 2"),
+    (0xD, 4, 0, "undefined function 4"),
+    (0xD, 0, 1, "bits set above its fields"),
     (0xE, 0, 0, "unknown opcode 0xE (reserved for the Tandem unit)"),
 ])
 def test_undefined_tandem_words_do_not_decode(opcode, func, payload, fragment):
@@ -150,6 +152,8 @@ def test_undefined_tandem_words_do_not_decode(opcode, func, payload, fragment):
     ("TIter base imm.3 = 4", EncodingError, "iterators belong to acc, local or interim"),
     ("TCalc Foo acc.0 <- acc.1", AssemblyError, "unknown calculus operation 'Foo'"),
     ("TSync sideways", AssemblyError, "unknown sync kind"),
+    ("TSync release", AssemblyError, "expected 'TSync release buf=K'"),
+    ("TSync wait buf=4", EncodingError, "'buf' = 4 does not fit 2 bits"),
     ("TAlu Add vreg.0 <- acc.0, acc.1", AssemblyError, "unknown namespace 'vreg'"),
 ])
 def test_bad_tandem_lines_are_named(line, error, fragment):
@@ -169,13 +173,13 @@ def test_cli_asm_and_disasm_round_trip_a_tandem_program_and_refuse_it_without_th
     listing = (
         "TIter base acc.0 = 16\nTIter stride acc.0 level=1 = 2\nTImm imm.0 = -65536\n"
         "TLoop level=1 iterations=8 body=2\nTAlu Mac interim.0 <- acc.0, imm.0\nTPermute LaneMax acc.0 <- interim.0\n"
-        "TSync to_array\nMatMul local[0, stride=1] -> acc[0, stride=1] size=3\n"
+        "TSync release buf=3\nTSync to_array\nMatMul local[0, stride=1] -> acc[0, stride=1] size=3\n"
     )
     (tmp_path / "p.s").write_text(listing)
     code, _, err = cli(capsys, "asm", tmp_path / "p.s", "--arch", "ultra96v2_tandem", "-o", tmp_path / "p.tprog")
     assert code == 0, err
     raw = (tmp_path / "p.tprog").read_bytes()
-    assert len(raw) == 8 * 9
+    assert len(raw) == 9 * 9
     code, out, err = cli(capsys, "disasm", tmp_path / "p.tprog", "--arch", "ultra96v2_tandem")
     assert code == 0, err
     (tmp_path / "q.s").write_text(out)

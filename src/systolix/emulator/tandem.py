@@ -295,6 +295,7 @@ def analyse_tandem(program, arch, source: str = "program", describe=None) -> Tan
     depth = {Namespace.ACC: arch.accumulator_depth, Namespace.LOCAL: arch.local_depth, Namespace.INTERIM: cfg.interim_depth}
     base = np.zeros((3, cfg.iterators), np.int64)
     stride = np.zeros((3, cfg.iterators, cfg.loop_levels), np.int64)
+    released: set[int] = set()
     for i in rows:
         i = int(i)
         while loops and loops[-1][2] <= i:
@@ -319,6 +320,10 @@ def analyse_tandem(program, arch, source: str = "program", describe=None) -> Tan
                 return bad(i, f"writes {ins.value}, outside the wide type's range (a {wbits}-bit raw value)")
             continue
         if isinstance(ins, TSync):
+            if ins.kind == 2:
+                released.add(ins.buf)
+            elif ins.kind == 3 and ins.buf not in released:
+                return bad(i, f"waits for buffer {ins.buf}, which no earlier TSync release hands back (a deadlock)")
             continue
         active = [(lv, it) for lv, it, _, _ in loops]
         if isinstance(ins, TLoop):

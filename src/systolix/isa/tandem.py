@@ -75,6 +75,8 @@ class TPermuteOp(IntEnum):
 class TSyncKind(IntEnum):
     TO_UNIT = 0  # the array hands its results over: the unit waits for every earlier TCU instruction
     TO_ARRAY = 1  # and back: later TCU instructions wait for every earlier unit instruction
+    RELEASE = 2  # the unit hands buffer `buf` back once every earlier unit instruction is done
+    WAIT = 3  # later TCU instructions wait for the latest earlier RELEASE of buffer `buf`
 
 
 class TConfigFunc(IntEnum):
@@ -91,7 +93,9 @@ CALC_NAMES = {TCalcOp.ABS: "Abs", TCalcOp.SIGN: "Sign", TCalcOp.FLOOR: "Floor", 
 CMP_NAMES = {TCmpOp.EQ: "Eq", TCmpOp.NE: "Ne", TCmpOp.GT: "Gt", TCmpOp.GE: "Ge", TCmpOp.LT: "Lt", TCmpOp.LE: "Le"}
 PERMUTE_NAMES = {TPermuteOp.LANE_SUM: "LaneSum", TPermuteOp.LANE_MAX: "LaneMax", TPermuteOp.LANE_MIN: "LaneMin",
                  TPermuteOp.TRANSPOSE: "Transpose"}
-SYNC_NAMES = {TSyncKind.TO_UNIT: "to_unit", TSyncKind.TO_ARRAY: "to_array"}
+SYNC_NAMES = {TSyncKind.TO_UNIT: "to_unit", TSyncKind.TO_ARRAY: "to_array", TSyncKind.RELEASE: "release",
+              TSyncKind.WAIT: "wait"}
+BUFFERED_SYNCS = {TSyncKind.RELEASE, TSyncKind.WAIT}
 
 # Field widths (docs/tandem.md, "Encoding").
 OPERAND_BITS = 8
@@ -103,6 +107,7 @@ IMM_VALUE_BITS = 32
 LOOP_COUNT_BITS = 16
 LOOP_BODY_BITS = 8
 CAST_FIELD_BITS = 6
+SYNC_BUF_BITS = 2  # buffer tokens of TSync release/wait
 MAX_LOOP_LEVELS = 1 << LEVEL_BITS
 
 
@@ -236,9 +241,11 @@ class TCast:
 
 @dataclass(frozen=True)
 class TSync:
-    """Hand the accumulators from the array to the unit (``to_unit``) or back (``to_array``)."""
+    """Hand the accumulators from the array to the unit (``to_unit``) or back (``to_array``, or
+    per buffer: ``release`` in the unit's stream, ``wait`` in the TCU's)."""
 
     kind: TSyncKind
+    buf: int = 0
     opcode: ClassVar[Opcode] = Opcode.TSYNC
 
     @property
@@ -314,7 +321,10 @@ def payload(instr: TandemInstruction) -> tuple[int, int, int]:
         return (int(Opcode.TCAST), 0, _operand("dst", instr.dst, True) | _operand("src", instr.src) << 8
                 | _field("width", instr.width, CAST_FIELD_BITS, low=1) << 16 | _field("frac", instr.frac, CAST_FIELD_BITS) << 22)
     if isinstance(instr, TSync):
-        return int(Opcode.TSYNC), int(TSyncKind(instr.kind)), 0
+        kind = TSyncKind(instr.kind)
+        if kind not in BUFFERED_SYNCS and instr.buf != 0:
+            raise ValueError(f"TSync {SYNC_NAMES[kind]} names no buffer (buf must be 0)")
+        return int(Opcode.TSYNC), int(kind), _field("buf", instr.buf, SYNC_BUF_BITS)
     raise ValueError(f"not a Tandem instruction: {instr!r}")
 
 
@@ -385,8 +395,9 @@ def from_payload(opcode: int, func: int, body: int) -> TandemInstruction:
             raise ValueError(f"undefined function {func} (TCast has only 0)")
         return TCast(dst, src, (body >> 16 & 63) + 1, body >> 22 & 63)
     if opcode == Opcode.TSYNC:
-        used(0)
-        return TSync(func_of(TSyncKind, SYNC_NAMES))
+        kind = func_of(TSyncKind, SYNC_NAMES)
+        used(SYNC_BUF_BITS if kind in BUFFERED_SYNCS else 0)
+        return TSync(kind, body)
     raise ValueError(f"opcode 0x{opcode:X} is not a Tandem instruction")
 
 
@@ -414,7 +425,8 @@ def format_tandem(instr: TandemInstruction, line) -> str:
     if isinstance(instr, TCast):
         return line("TCast", f"{instr.dst} <- {instr.src} width={instr.width} frac={instr.frac}")
     if isinstance(instr, TSync):
-        return line("TSync", SYNC_NAMES[TSyncKind(instr.kind)])
+        kind = TSyncKind(instr.kind)
+        return line("TSync", SYNC_NAMES[kind] + (f" buf={instr.buf}" if kind in BUFFERED_SYNCS else ""))
     raise ValueError(f"not a Tandem instruction: {instr!r}")
 
 
@@ -463,7 +475,14 @@ def parse_tandem(key: str, body: str) -> TandemInstruction:
             raise ValueError("expected 'TLoop level=L iterations=N body=B'")
         return TLoop(int(m.group(1)), int(m.group(2)), int(m.group(3)))
     if key == "tsync":
-        return TSync(_by_name(SYNC_NAMES, body, "sync kind"))
+        name, _, rest = body.partition(" ")
+        kind = _by_name(SYNC_NAMES, name, "sync kind")
+        m = re.fullmatch(r"buf=(\d+)", rest.strip(), re.I)
+        if kind in BUFFERED_SYNCS and not m:
+            raise ValueError(f"expected 'TSync {SYNC_NAMES[kind]} buf=K'")
+        if kind not in BUFFERED_SYNCS and rest.strip():
+            raise ValueError(f"TSync {SYNC_NAMES[kind]} takes no operands")
+        return TSync(kind, int(m.group(1)) if m else 0)
     if key == "tcast":
         m = re.fullmatch(rf"{_OPERAND} <- {_OPERAND} width=(\d+) frac=(\d+)", body, re.I)
         if not m:

@@ -23,7 +23,9 @@ The model follows Tensil's RTL (``Decoder.scala``, ``SystolicArray.scala``,
   with its own queue (``tandem.queue_depth``): it overlaps the array and the memories, and only
   its sync instructions order it against them. ``TSync to_unit``: the unit's next instruction
   waits until every earlier TCU instruction is done; ``TSync to_array``: the decoder stops
-  until every earlier unit instruction is done. Each instruction costs its clocks per vector
+  until every earlier unit instruction is done; ``TSync release buf=k`` marks the point of the
+  unit's stream where buffer ``k`` is handed back, and ``TSync wait buf=k`` stops the decoder
+  until the unit has reached the latest such mark. Each instruction costs its clocks per vector
   (``tandem_cycles``) times the iterations of the loops around it, as one block of work.
 - An instruction also waits for earlier instructions whose memory ranges it depends on
   (read after write, write after read, write after write, tracked per vector in local memory,
@@ -199,7 +201,7 @@ def _queue_push(ring, count, unit, t):
 
 @numba.njit(cache=True)
 def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
-              local_depth, acc_depth, dram0_depth, dram1_depth, tandem_cost):
+              local_depth, acc_depth, dram0_depth, dram1_depth, tandem_cost, sync_buf):
     n_instr = opcode.shape[0]
     issue = np.zeros(n_instr)
     start = np.zeros(n_instr)
@@ -210,6 +212,7 @@ def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
     tcu_done = 0.0  # when every TCU instruction so far is done
     unit_done = 0.0  # when every Tandem instruction so far is done
     unit_gate = 0.0  # the unit starts nothing before this (TSync to_unit)
+    released = np.zeros(4)  # when the unit reached the latest TSync release of each buffer
 
     fill = p[P_FILL]
     vec_bytes = p[P_VEC_BYTES]
@@ -408,8 +411,12 @@ def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
         elif op == 13:  # TSync: orders the unit and the TCU, no work
             if f == 0:  # to_unit: the unit waits for the TCU
                 unit_gate = max(unit_gate, tcu_done)
-            else:  # to_array: the decoder waits for the unit
+            elif f == 1:  # to_array: the decoder waits for the unit
                 t = max(t, unit_done)
+            elif f == 2:  # release: a marker in the unit's stream, reached when its work so far is done
+                released[sync_buf[i]] = max(t, unit_done, unit_gate)
+            else:  # wait: the decoder waits for the buffer's latest release
+                t = max(t, released[sync_buf[i]])
             issue[i] = t
             s = t
             e = t
@@ -500,6 +507,7 @@ def simulate(program: DecodedProgram, board: Board, arch: Architecture | None = 
     d0_extent = _extent(addr1, s1, size, is_dm & (fl <= 1))
     d1_extent = _extent(addr1, s1, size, is_dm & ((fl == 2) | (fl == 3)))
     tandem_cost = np.zeros(len(program))
+    sync_buf = np.zeros(len(program), dtype=np.int64)
     if ((op >= 6) & (op <= 13)).any():
         from systolix.emulator import EmulatorError
         from systolix.emulator.tandem import analyse_tandem
@@ -508,9 +516,11 @@ def simulate(program: DecodedProgram, board: Board, arch: Architecture | None = 
         if summary.violation is not None:
             raise EmulatorError(summary.violation[1])
         tandem_cost = tandem_cycles(program, arch, summary.executions)
+        for i in np.flatnonzero(op == 13):
+            sync_buf[i] = program.payload(int(i)) & 3
     issue, start, end, done, busy, cycles = _simulate(
         op, fl, addr0, s0, addr1, s1, size,
         program.op0.astype(np.int64), program.op1.astype(np.int64), params.vector(),
-        local_extent, acc_extent, d0_extent, d1_extent, tandem_cost,
+        local_extent, acc_extent, d0_extent, d1_extent, tandem_cost, sync_buf,
     )
     return Timeline(issue=issue, start=start, end=end, done=done, busy=busy, cycles=float(cycles), params=params)
