@@ -130,7 +130,7 @@ def test_run_and_estimate_refuse_a_tandem_program_on_an_architecture_without_the
     for args in (("estimate", path, "--board", "ultra96-v2"), ("run", path, "--input", tmp_path / "x.npy", "-o", tmp_path / "y.npy")):
         code, _, err = cli(capsys, *args)
         assert code == 2 and len(err.splitlines()) == 1, err
-        assert "instruction #2 at byte offset 18: TSync to_unit: a Tandem instruction, but the architecture has no Tandem unit" in err
+        assert "instruction #2 at byte offset 18: unknown opcode 0xD: TSync to_unit is a Tandem instruction, but the architecture has no Tandem unit" in err
     assert not (tmp_path / "y.npy").exists()
     code, _, err = cli(capsys, "estimate", _model(tmp_path, ARCH, "n"), "--board", "rtl")
     assert code == 2 and "the generated RTL has no Tandem unit" in err

@@ -264,26 +264,27 @@ def _le_uint(columns: np.ndarray) -> np.ndarray:
 
 def _check_tandem(rows, opcode, flags, op0, op1, op2, layout: InstructionLayout, fail) -> None:
     """Every Tandem word must decode (defined function, namespaces, no stray bits), and only on an
-    architecture with the unit; the message shows the instruction's text where it has one."""
+    architecture with the unit: without it the opcode is unknown, and the message shows the
+    instruction's text where the word holds one."""
     from systolix.isa.assembly import format_instruction
 
     b0, b1 = layout.operand0_bits, layout.operand1_bits
     for i in rows:
         i = int(i)
         whole = int(op0[i]) | int(op1[i]) << b0 | int(op2[i]) << (b0 + b1)
-        name = OPCODE_NAMES[Opcode(int(opcode[i]))]
+        op = int(opcode[i])
+        mask = np.zeros(len(opcode), dtype=bool)
+        mask[i] = True
         try:
-            instr = tandem.from_payload(int(opcode[i]), int(flags[i]), whole)
+            instr = tandem.from_payload(op, int(flags[i]), whole)
         except ValueError as e:
-            mask = np.zeros(len(opcode), dtype=bool)
-            mask[i] = True
-            fail(mask, lambda _, e=e: f"{name}: {e}")
+            if layout.tandem:
+                fail(mask, lambda _, e=e: f"{OPCODE_NAMES[Opcode(op)]}: {e}")
+            fail(mask, lambda _: f"unknown opcode 0x{op:X}: a Tandem opcode, but the architecture has no Tandem unit")
             continue
         if not layout.tandem:
-            mask = np.zeros(len(opcode), dtype=bool)
-            mask[i] = True
             text = " ".join(format_instruction(instr).split())
-            fail(mask, lambda _: f"{text}: {NO_TANDEM_UNIT}")
+            fail(mask, lambda _: f"unknown opcode 0x{op:X}: {text} is {NO_TANDEM_UNIT}")
 
 
 def decode_program(data: bytes, layout: InstructionLayout, source: str = "program") -> DecodedProgram:
