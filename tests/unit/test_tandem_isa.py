@@ -191,3 +191,14 @@ def test_cli_asm_and_disasm_round_trip_a_tandem_program_and_refuse_it_without_th
     assert "no Tandem unit" in err
     code, _, err = cli(capsys, "asm", tmp_path / "p.s", "--arch", "ultra96v2", "-o", tmp_path / "r.tprog")
     assert code == 2 and "p.s:1: TConfig: a Tandem instruction" in err and not (tmp_path / "r.tprog").exists()
+
+
+def test_the_backend_encodes_tandem_instructions_among_lir_ones():
+    from systolix.backend.encoder import encode_lir
+
+    layout = InstructionLayout.of(TANDEM)
+    prog = [TSync(TSyncKind.TO_UNIT), TLoop(0, 4, 1), TAlu(TAluOp.ADD, TOperand(Namespace.ACC, 0), TOperand(Namespace.ACC, 1),
+                                                        TOperand(Namespace.IMM, 2))]
+    assert encode_lir(prog, layout) == encode_program(prog, layout)
+    with pytest.raises(EncodingError, match="no Tandem unit"):
+        encode_lir(prog, InstructionLayout.of(ARCHITECTURES["ultra96v2"]))
