@@ -252,11 +252,23 @@ def test_addresses_outside_a_namespace_stop_the_run_at_that_instruction_with_its
     ("TIter stride acc.0 level=0 = -1\nTLoop level=0 iterations=2 body=1\nTAlu Move acc.0 <- acc.1\n", "below 0"),
     ("TImm imm.0 = 0\nTCast acc.0 <- acc.1 width=33 frac=8\n", "casts to 33 bits"),
     ("TSync release buf=1\nTSync wait buf=2\n", "waits for buffer 2, which no earlier TSync release hands back"),
+    ("MatMul local[0, stride=1] -> acc[0, stride=2] size=3\nTIter base acc.0 = 6\nTAlu Move interim.0 <- acc.0\n",
+     r"#2 \(TAlu Move interim.0 <- acc.0\) and #0 \(MatMul .*\) both use acc vector 6 with a write, and no TSync to_unit"),
+    ("TAlu Move acc.0 <- interim.0\nTSync release buf=0\nTSync to_unit\nDataMove acc[0, stride=1] -> local[0, stride=1] size=0\n",
+     "#3 .* and #0 .* both use acc vector 0 with a write, and no TSync to_array"),
 ])
 def test_malformed_loops_and_operands_are_refused_before_they_run(listing, fragment):
     program = decode_program(assemble(listing, LAYOUT), LAYOUT)
     with pytest.raises(EmulatorError, match=fragment):
         Emulator(ARCH).run(program)
+
+
+def test_synchronised_handovers_run():
+    listing = ("MatMul local[0, stride=1] -> acc[0, stride=1] size=3 zeroes\nTSync to_unit\nTImm imm.0 = 65536\n"
+               "TAlu Add acc.0 <- acc.0, imm.0\nTSync release buf=2\nTSync wait buf=2\n"
+               "DataMove acc[0, stride=1] -> local[8, stride=1] size=0\n")
+    emu = run(listing)
+    assert (emu.read("local", 8, 1) == ONE).all()  # zero weights, so the MatMul gave 0; the unit added 1
 
 
 def test_an_architecture_without_the_unit_refuses_a_tandem_program():

@@ -66,15 +66,20 @@ def test_the_unit_overlaps_the_array_when_the_program_is_software_pipelined():
 
 def test_to_unit_makes_the_unit_wait_for_the_array_and_to_array_the_array_for_the_unit():
     body = HEAD + matmul(0) + "{sync}" + "TIter base acc.0 = 0\nTLoop level=0 iterations=4 body=1\nTAlu Move acc.0 <- acc.1\n"
-    free = simulate(program(body.format(sync="")), BOARD)
+    with pytest.raises(EmulatorError, match=r"instruction #4 \(TAlu Move acc.0 <- acc.1\) and #1 \(MatMul .*\) both use "
+                                            r"acc vector 0 with a write, and no TSync to_unit between them"):
+        simulate(program(body.format(sync="")), BOARD)  # without the sync the unit could read before the array wrote
     synced = simulate(program(body.format(sync="TSync to_unit\n")), BOARD)
-    assert free.start[-1] < free.done[1]  # without the sync the unit starts at once (a race the program owns)
     assert synced.start[-1] >= synced.done[1]  # with it, after the MatMul's results are in the accumulators
+    other = simulate(program(body.format(sync="").replace("acc[0, stride=1]", "acc[512, stride=1]")), BOARD)
+    assert other.start[-1] < other.done[1]  # on other vectors the unit need not wait, and does not
     back = program(HEAD + unit_work(0) + "TSync to_array\n" + matmul(1))
     t = simulate(back, BOARD)
     assert t.start[-1] >= t.end[-4]  # the MatMul starts after the unit's last instruction ends
-    ahead = program(HEAD + unit_work(0) + matmul(1))
+    ahead = program(HEAD + unit_work(0) + matmul(1))  # the MatMul writes tile 1, the unit works on tile 0
     assert simulate(ahead, BOARD).start[-1] < t.end[-4]
+    with pytest.raises(EmulatorError, match="no TSync to_array .* orders the TCU after the unit"):
+        simulate(program(HEAD + unit_work(0) + matmul(0)), BOARD)
 
 
 @pytest.mark.parametrize("line, clocks", [

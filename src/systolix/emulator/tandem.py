@@ -296,6 +296,8 @@ def analyse_tandem(program, arch, source: str = "program", describe=None) -> Tan
     base = np.zeros((3, cfg.iterators), np.int64)
     stride = np.zeros((3, cfg.iterators, cfg.loop_levels), np.int64)
     released: set[int] = set()
+    accesses: dict[int, list] = {}  # each unit compute instruction's (memory, lowest, highest, writes)
+    stops: dict[int, int] = {}  # where a run stops for a bad instruction (the outermost loop around it)
     for i in rows:
         i = int(i)
         while loops and loops[-1][2] <= i:
@@ -344,6 +346,8 @@ def analyse_tandem(program, arch, source: str = "program", describe=None) -> Tan
             loops.append((ins.level, ins.iterations, end, i))
             continue
         executions[i] = int(np.prod([it for _, it in active], dtype=np.int64)) if active else 1
+        accesses[i] = []
+        stops[i] = loops[0][3] if loops else i
         if isinstance(ins, TCast) and (ins.width > wbits or ins.frac > wbp):
             return bad(i, f"casts to {ins.width} bits with {ins.frac} fractional; the wide type has {wbits} and {wbp}")
         operands = [("writes", ins.dst)] + [("reads", getattr(ins, f)) for f in ("src", "src1", "src2") if hasattr(ins, f)]
@@ -372,5 +376,91 @@ def analyse_tandem(program, arch, source: str = "program", describe=None) -> Tan
                 return bad(i, f"{verb} {name} address {hi}, past {limit} {depth[ns]} (vectors {lo}..{hi} over its loops)")
             if ns in MEMORY_OF:
                 needed[MEMORY_OF[ns]] = max(needed[MEMORY_OF[ns]], hi + 1)
-    return TandemSummary(executions, needed, None)
+                accesses[i].append((MEMORY_OF[ns], lo, hi, verb == "writes"))
+    race = find_race(program, accesses, stops, source, describe)
+    return TandemSummary(executions, needed, race)
+
+
+def find_race(program, accesses: dict, stops: dict, source: str, describe) -> tuple[int, str] | None:
+    """The first access to an accumulator or local-memory vector that the unit and the TCU may
+    make in either order, with a write among them (the TSyncs between them do not order them):
+    the emulator runs a program in order, which the hardware reproduces only without races.
+
+    The unit may run ahead of a TCU instruction before it unless a ``TSync to_unit`` lies
+    between them; a TCU instruction may run ahead of a unit instruction before it unless a
+    ``TSync to_array``, or a ``TSync wait buf=k`` on a ``release buf=k`` after the unit
+    instruction, lies between them. A unit operand counts as every vector between the lowest
+    and highest address its loops reach; a TCU access as exactly the vectors it moves."""
+    from systolix.emulator.bounds import _slots
+
+    n = len(program)
+    slots = _slots(program)
+    op, flags = program.opcode, program.flags
+    local_id, acc_id = 0, 1  # bounds.MEMORIES order
+    names = {local_id: "local", acc_id: "acc"}
+    size = {"local": 1, "acc": 1}
+    for mem, first, stride, count, _ in slots:
+        for m in (local_id, acc_id):
+            sel = mem == m
+            if sel.any():
+                size[names[m]] = max(size[names[m]], int((first[sel] + (count[sel] - 1) * stride[sel]).max()) + 1)
+    for acc in accesses.values():
+        for m, _, hi, _ in acc:
+            size[m] = max(size[m], hi + 1)
+    # The instruction that last wrote / read each vector, on each side (-1: none).
+    tcu_w = {m: np.full(k, -1, np.int64) for m, k in size.items()}
+    tcu_r = {m: np.full(k, -1, np.int64) for m, k in size.items()}
+    unit_w = {m: np.full(k, -1, np.int64) for m, k in size.items()}
+    unit_r = {m: np.full(k, -1, np.int64) for m, k in size.items()}
+    last_to_unit = -1  # the latest TSync to_unit
+    horizon = -1  # every unit instruction before this index is known to be done
+    released: dict[int, int] = {}
+    into_local = np.isin(flags, (0, 2, 12))
+
+    def race(i: int, m: str, vectors: np.ndarray, other: int, why: str) -> tuple[int, str]:
+        return (stops.get(i, i), f"{source}: instruction #{i} ({describe(i)}) and #{other} ({describe(other)}) both use "
+                                 f"{m} vector {int(vectors[0])} with a write, and {why} (a race)")
+
+    for i in range(n):
+        o = int(op[i])
+        if o == int(Opcode.TSYNC):
+            kind, buf = int(flags[i]), program.payload(i) & 3
+            if kind == 0:
+                last_to_unit = i
+            elif kind == 1:
+                horizon = i
+            elif kind == 2:
+                released[buf] = i
+            else:
+                horizon = max(horizon, released.get(buf, -1))
+            continue
+        if i in accesses:
+            for m, lo, hi, writes in accesses[i]:
+                seg = slice(lo, hi + 1)
+                for table in (tcu_w, tcu_r) if writes else (tcu_w,):
+                    hit = np.flatnonzero(table[m][seg] > last_to_unit)
+                    if hit.size:
+                        other = int(table[m][seg][hit[0]])
+                        return race(i, m, lo + hit, other, "no TSync to_unit between them orders the unit after the TCU")
+                (unit_w if writes else unit_r)[m][seg] = i
+            continue
+        if Opcode.TCONFIG <= o <= Opcode.TSYNC:
+            continue
+        for k, (mem, first, stride, count, _) in enumerate(slots):
+            mid = int(mem[i])
+            if mid not in names:
+                continue
+            m = names[mid]
+            # Slot 0 is local memory (or a SIMD read), slot 1 the far side (or a SIMD write); a
+            # DataMove into local memory writes slot 0 and reads slot 1.
+            writes = (k == 1) != bool(o == Opcode.DATAMOVE and into_local[i])
+            addresses = int(first[i]) + int(stride[i]) * np.arange(int(count[i]))
+            for table in (unit_w, unit_r) if writes else (unit_w,):
+                hit = np.flatnonzero(table[m][addresses] > horizon)
+                if hit.size:
+                    other = int(table[m][addresses[hit[0]]])
+                    return race(i, m, addresses[hit], other,
+                                "no TSync to_array (or wait on a release after the unit's) orders the TCU after the unit")
+            (tcu_w if writes else tcu_r)[m][addresses] = i
+    return None
 

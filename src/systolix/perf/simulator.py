@@ -512,7 +512,9 @@ def simulate(program: DecodedProgram, board: Board, arch: Architecture | None = 
         from systolix.emulator import EmulatorError
         from systolix.emulator.tandem import analyse_tandem
 
-        summary = analyse_tandem(program, arch, "program")
+        from systolix.emulator.bounds import _describe
+
+        summary = analyse_tandem(program, arch, "program", describe=lambda i: _describe(program, i))
         if summary.violation is not None:
             raise EmulatorError(summary.violation[1])
         tandem_cost = tandem_cycles(program, arch, summary.executions)
