@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from systolix.errors import ArchitectureError
 from systolix.numerics import DataType
@@ -84,21 +84,24 @@ class Architecture(BaseModel):
                 raise ValueError(f"unknown data type {value!r} (expected one of {names})") from None
         raise ValueError(f"expected a data type name, got {type(value).__name__}")
 
-    @model_validator(mode="after")
-    def _tandem_fits(self) -> "Architecture":
-        if self.tandem is None:
-            return self
-        dt = self.data_type
+    @field_validator("tandem")
+    @classmethod
+    def _tandem_fits(cls, value: TandemConfig | None, info: ValidationInfo) -> TandemConfig | None:
+        if value is None or any(k not in info.data for k in TARCH_KEYS):  # another field already failed
+            return value
+        dt = info.data["data_type"]
         if not dt.is_fixed or dt.width > TANDEM_MAX_WIDTH:
             raise ValueError(f"the Tandem unit needs a fixed-point data type of at most {TANDEM_MAX_WIDTH} bits "
                              f"(its wide type is twice as wide), not {dt.name}")
+        from types import SimpleNamespace
+
         from systolix.isa.layout import TANDEM_PAYLOAD_BITS, InstructionLayout
 
-        bits = InstructionLayout.of(self).operands_bits
+        bits = InstructionLayout.of(SimpleNamespace(**info.data, tandem=None)).operands_bits
         if bits < TANDEM_PAYLOAD_BITS:
             raise ValueError(f"the Tandem unit's instructions need {TANDEM_PAYLOAD_BITS} operand bits; this "
                              f"architecture's instructions carry {bits} (make a memory deeper)")
-        return self
+        return value
 
     @property
     def has_tandem(self) -> bool:
