@@ -279,3 +279,15 @@ def test_an_architecture_without_the_unit_refuses_a_tandem_program():
         Emulator(stock).run(raw, source="p.tprog")
     with pytest.raises(EmulatorError, match="another instruction layout"):
         Emulator(stock).run(decode_program(raw, LAYOUT))
+
+
+def test_a_tracepoint_inside_a_loop_body_fires_after_the_loop_with_the_loop_done():
+    listing = "TIter stride acc.0 level=0 = 1\nTLoop level=0 iterations=4 body=2\nTCalc Neg acc.0 <- acc.0\nTCalc Neg acc.0 <- acc.0\nNoOp\n"
+    program = decode_program(assemble(listing, LAYOUT), LAYOUT)
+    emu = Emulator(ARCH)
+    emu.write("acc", 0, np.arange(4 * N).reshape(4, N))
+    seen = []
+    result = emu.run(program, tracepoint=3, on_trace=lambda e, i: seen.append((i, e.read("acc", 0, 4).copy())))
+    assert [i for i, _ in seen] == [4] and result.tracepoint_hits == [4]
+    assert np.array_equal(seen[0][1][0], np.arange(4 * N).reshape(4, N))  # negated twice, every vector
+    assert result.counts == {"TConfig": 1, "TLoop": 1, "TCalc": 2, "NoOp": 1}

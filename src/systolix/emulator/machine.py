@@ -487,15 +487,18 @@ class Emulator:
                 next_tandem = int(tandem_rows[k]) if k < tandem_rows.size else stop
                 if next_tandem == i:
                     sat = self.tandem.saturations.copy()
+                    i0 = i
                     j = self.tandem.step(prog, i, {"acc": self.acc, "local": self.local})
                     self.saturation[:, kernels.SAT_KINDS.index("alu")] += self.tandem.saturations - sat
                     np.add.at(counts[0], prog.opcode[i:j].astype(np.int64), 1)
-                    # The program counter counts instructions accepted: a loop's body once.
-                    self.config[pc] = (self.config[pc] + (j - i)) & kernels.PC_MASK
+                    # The program counter counts instructions accepted: a loop's body once. A
+                    # tracepoint the loop's body passes fires after the loop.
+                    before = int(self.config[pc])
+                    self.config[pc] = (before + (j - i)) & kernels.PC_MASK
                     for c in configs:
                         c[:] = self.config
                     i = j
-                    if tracing and self.config[pc] == self.config[int(ConfigRegister.TRACEPOINT)]:
+                    if tracing and before < self.config[int(ConfigRegister.TRACEPOINT)] <= before + (j - i0):
                         fire(i)
                     if progress is not None:
                         progress(i, len(prog))
