@@ -95,8 +95,10 @@ class TandemUnit:
     def sat(self, v: np.ndarray, lo: int | None = None, hi: int | None = None) -> np.ndarray:
         lo = self.wlo if lo is None else lo
         hi = self.whi if hi is None else hi
-        clipped = np.clip(v, lo, hi)
-        self.saturations += (clipped != v).reshape(v.shape[0], -1).sum(axis=1)
+        clipped = np.minimum(np.maximum(v, lo), hi)
+        changed = clipped != v
+        if changed.any():
+            self.saturations += changed.reshape(v.shape[0], -1).sum(axis=1)
         return clipped
 
     # --- operands ------------------------------------------------------------------------
