@@ -202,3 +202,19 @@ def test_the_backend_encodes_tandem_instructions_among_lir_ones():
     assert encode_lir(prog, layout) == encode_program(prog, layout)
     with pytest.raises(EncodingError, match="no Tandem unit"):
         encode_lir(prog, InstructionLayout.of(ARCHITECTURES["ultra96v2"]))
+
+
+PAYLOADS = st.one_of(*(st.integers(0, (1 << bits) - 1) for bits in (2, 16, 24, 28, 36, 37, 64)))
+
+
+@given(words=st.lists(st.tuples(st.integers(0x6, 0xE), st.integers(0, 15), PAYLOADS), min_size=1, max_size=4))
+@settings(max_examples=200, deadline=None)
+def test_any_tandem_word_either_decodes_to_an_instruction_that_encodes_back_or_is_a_decoding_error(words):
+    layout = InstructionLayout.of(TANDEM)
+    raw = b"".join(_word(layout, op, func, payload) for op, func, payload in words)
+    try:
+        decoded = decode_program(raw, layout)
+    except DecodingError as e:
+        assert "instruction #" in str(e)
+        return
+    assert encode_program(list(decoded), layout) == raw
