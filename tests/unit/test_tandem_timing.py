@@ -141,3 +141,18 @@ def test_run_and_estimate_refuse_a_tandem_program_on_an_architecture_without_the
     assert code == 2 and "the generated RTL has no Tandem unit" in err
     with pytest.raises(EmulatorError, match="no Tandem unit"):
         simulate(program("TSync to_unit\n"), get_board("ultra96-v2").with_architecture(ARCHITECTURES["ultra96v2"]))
+
+
+def test_the_profile_trace_has_a_track_for_the_unit(tmp_path):
+    from systolix.perf import estimate
+    from systolix.perf.estimate import load_program
+    from systolix.perf.profile import trace_events
+
+    path = _model(tmp_path, ARCH)
+    _, prog = load_program(path)
+    events = trace_events(estimate(path, BOARD), prog)
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    tid = next(t for t, name in tracks.items() if name == "Tandem vector unit")
+    slices = [e for e in events if e.get("tid") == tid and e["ph"] == "X"]
+    assert sum(e["args"]["instructions"] for e in slices) == 3  # TIter, TLoop, TAlu (TSync does no work)
+    assert any("TAlu" in e["name"] for e in slices)
