@@ -262,29 +262,25 @@ def _le_uint(columns: np.ndarray) -> np.ndarray:
     return out
 
 
-def _check_tandem(rows, opcode, flags, op0, op1, op2, layout: InstructionLayout, fail) -> None:
-    """Every Tandem word must decode (defined function, namespaces, no stray bits), and only on an
-    architecture with the unit: without it the opcode is unknown, and the message shows the
-    instruction's text where the word holds one."""
+def _tandem_word(i: int, opcode, flags, op0, op1, op2, layout: InstructionLayout) -> tuple[object, str]:
+    """Word ``i`` as a Tandem instruction, or ``None`` and why it is not one."""
+    b0, b1 = layout.operand0_bits, layout.operand1_bits
+    whole = int(op0[i]) | int(op1[i]) << b0 | int(op2[i]) << (b0 + b1)
+    try:
+        return tandem.from_payload(int(opcode[i]), int(flags[i]), whole), ""
+    except ValueError as e:
+        return None, str(e)
+
+
+def _no_tandem_unit(i: int, opcode, flags, op0, op1, op2, layout: InstructionLayout) -> str:
+    """Why a Tandem opcode does not decode on an architecture without the unit, with its text."""
     from systolix.isa.assembly import format_instruction
 
-    b0, b1 = layout.operand0_bits, layout.operand1_bits
-    for i in rows:
-        i = int(i)
-        whole = int(op0[i]) | int(op1[i]) << b0 | int(op2[i]) << (b0 + b1)
-        op = int(opcode[i])
-        mask = np.zeros(len(opcode), dtype=bool)
-        mask[i] = True
-        try:
-            instr = tandem.from_payload(op, int(flags[i]), whole)
-        except ValueError as e:
-            if layout.tandem:
-                fail(mask, lambda _, e=e: f"{OPCODE_NAMES[Opcode(op)]}: {e}")
-            fail(mask, lambda _: f"unknown opcode 0x{op:X}: a Tandem opcode, but the architecture has no Tandem unit")
-            continue
-        if not layout.tandem:
-            text = " ".join(format_instruction(instr).split())
-            fail(mask, lambda _: f"unknown opcode 0x{op:X}: {text} is {NO_TANDEM_UNIT}")
+    instr, _ = _tandem_word(i, opcode, flags, op0, op1, op2, layout)
+    op = int(opcode[i])
+    if instr is None:
+        return f"unknown opcode 0x{op:X}: a Tandem opcode, but the architecture has no Tandem unit"
+    return f"unknown opcode 0x{op:X}: {' '.join(format_instruction(instr).split())} is {NO_TANDEM_UNIT}"
 
 
 def decode_program(data: bytes, layout: InstructionLayout, source: str = "program") -> DecodedProgram:
@@ -315,10 +311,20 @@ def decode_program(data: bytes, layout: InstructionLayout, source: str = "progra
             raise DecodingError(f"{source}: instruction #{i} at byte offset {i * n_bytes}: {why(i)}{more}")
 
     is_tandem = (opcode >= int(Opcode.TCONFIG)) & (opcode <= int(Opcode.TSYNC))
-    fail(~np.isin(opcode, VALID_OPCODES) & ~is_tandem, lambda i: f"unknown opcode 0x{int(opcode[i]):X}"
-         + (" (reserved for the Tandem unit)" if int(opcode[i]) == tandem.TANDEM_RESERVED_OPCODE else ""))
-    if is_tandem.any():
-        _check_tandem(np.flatnonzero(is_tandem), opcode, flags, op0, op1, op2, layout, fail)
+
+    def unknown(i: int) -> str:
+        if is_tandem[i]:  # only without the unit
+            return _no_tandem_unit(i, opcode, flags, op0, op1, op2, layout)
+        reserved = " (reserved for the Tandem unit)" if int(opcode[i]) == tandem.TANDEM_RESERVED_OPCODE else ""
+        return f"unknown opcode 0x{int(opcode[i]):X}{reserved}"
+
+    fail(~np.isin(opcode, VALID_OPCODES) & ~(is_tandem & layout.tandem), unknown)
+    for i in np.flatnonzero(is_tandem):  # with the unit: every Tandem word must decode
+        instr, why = _tandem_word(int(i), opcode, flags, op0, op1, op2, layout)
+        if instr is None:
+            mask = np.zeros(len(opcode), dtype=bool)
+            mask[i] = True
+            fail(mask, lambda _: f"{OPCODE_NAMES[Opcode(int(opcode[i]))]}: {why}")
     is_dm = opcode == Opcode.DATAMOVE
     fail(is_dm & (flags == 14), lambda i: "reserved DataMove kind 14")
     fail(is_dm & ~np.isin(flags, VALID_FLOWS), lambda i: f"undefined DataMove kind {int(flags[i])}")
