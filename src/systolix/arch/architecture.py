@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from systolix.errors import ArchitectureError
 from systolix.numerics import DataType
@@ -31,6 +31,25 @@ TARCH_KEYS = (
 )
 
 
+class TandemConfig(BaseModel):
+    """The optional Tandem vector unit beside the array (``docs/tandem.md``): the ``tandem`` key
+    of a ``.tarch``. Its vectors have the array's ``array_size`` lanes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    iterators: int = Field(default=32, ge=1, le=32, description="iterator-table entries per namespace")
+    immediates: int = Field(default=32, ge=1, le=32, description="slots of the immediate buffer")
+    loop_levels: int = Field(default=8, ge=1, le=8, description="nesting levels of the hardware loops")
+    interim_depth: int = Field(default=1024, ge=1, le=2**16, description="vectors of the unit's own wide buffer")
+    queue_depth: int = Field(default=16, ge=1, le=1024, description="instructions the unit's command queue holds")
+
+
+# The .tarch keys of the Tandem sub-object, in the order we write them.
+TANDEM_KEYS = ("iterators", "immediates", "loop_levels", "interim_depth", "queue_depth")
+# Fixed-point types the Tandem unit supports: its wide type is twice as wide, at most 32 bits.
+TANDEM_MAX_WIDTH = 16
+
+
 class Architecture(BaseModel):
     """A Tensor Compute Unit configuration (Tensil's ``.tarch``).
 
@@ -50,6 +69,7 @@ class Architecture(BaseModel):
     stride1_depth: int = Field(ge=1, le=2**8, description="power-of-two strides encodable in operand 1")
     number_of_threads: int = Field(default=1, ge=1, le=2)
     thread_queue_depth: int = Field(default=8, ge=1)
+    tandem: TandemConfig | None = Field(default=None, description="the optional Tandem vector unit")
 
     @field_validator("data_type", mode="before")
     @classmethod
@@ -64,6 +84,29 @@ class Architecture(BaseModel):
                 raise ValueError(f"unknown data type {value!r} (expected one of {names})") from None
         raise ValueError(f"expected a data type name, got {type(value).__name__}")
 
+    @field_validator("tandem")
+    @classmethod
+    def _tandem_fits(cls, value: TandemConfig | None, info: ValidationInfo) -> TandemConfig | None:
+        if value is None or any(k not in info.data for k in TARCH_KEYS):  # another field already failed
+            return value
+        dt = info.data["data_type"]
+        if not dt.is_fixed or dt.width > TANDEM_MAX_WIDTH:
+            raise ValueError(f"the Tandem unit needs a fixed-point data type of at most {TANDEM_MAX_WIDTH} bits "
+                             f"(its wide type is twice as wide), not {dt.name}")
+        from types import SimpleNamespace
+
+        from systolix.isa.layout import TANDEM_PAYLOAD_BITS, InstructionLayout
+
+        bits = InstructionLayout.of(SimpleNamespace(**info.data, tandem=None)).operands_bits
+        if bits < TANDEM_PAYLOAD_BITS:
+            raise ValueError(f"the Tandem unit's instructions need {TANDEM_PAYLOAD_BITS} operand bits; this "
+                             f"architecture's instructions carry {bits} (make a memory deeper)")
+        return value
+
+    @property
+    def has_tandem(self) -> bool:
+        return self.tandem is not None
+
     # --- derived quantities -------------------------------------------------------
     @property
     def vector_bytes(self) -> int:
@@ -74,6 +117,8 @@ class Architecture(BaseModel):
         """The architecture as Tensil's ``.tarch`` JSON object."""
         d = {key: getattr(self, key) for key in TARCH_KEYS}
         d["data_type"] = self.data_type.name
+        if self.tandem is not None:  # absent for the stock TCU: Tensil's files stay byte for byte
+            d["tandem"] = {key: getattr(self.tandem, key) for key in TANDEM_KEYS}
         return d
 
     def to_json(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from systolix.arch.architecture import Architecture
+from systolix.arch.architecture import Architecture, TandemConfig
 from systolix.arch.board import Board
 from systolix.errors import ArchitectureError
 from systolix.numerics import DataType
@@ -35,6 +35,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     "artya7100t": _arch(8, 1048576, 1048576, 8192, 2048),
     "cmoda7": _arch(4, 4096, 32768, 4096, 4096),
 }
+# Ours: Tensil's Ultra96-V2 design plus the Tandem vector unit (docs/tandem.md).
+ARCHITECTURES["ultra96v2_tandem"] = ARCHITECTURES["ultra96v2"].model_copy(update={"tandem": TandemConfig()})
 
 ARCHITECTURE_NOTES = {
     "pynqz1": "Tensil's PYNQ-Z1 design",
@@ -43,6 +45,7 @@ ARCHITECTURE_NOTES = {
     "zcu104_uram": "Tensil's ZCU104 design with UltraRAM",
     "artya7100t": "Tensil's Arty A7-100T design",
     "cmoda7": "Tensil's Cmod A7 design",
+    "ultra96v2_tandem": "ultra96v2 plus the Tandem vector unit (docs/tandem.md)",
 }
 
 

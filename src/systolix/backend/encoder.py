@@ -42,6 +42,10 @@ def _move_fields(ins: Move) -> tuple[int, int, int, int, int]:
 
 def to_isa(ins):
     """One bound LIR instruction as a ``systolix.isa`` instruction (listings, precise errors)."""
+    from systolix.isa.tandem import TANDEM_TYPES
+
+    if isinstance(ins, TANDEM_TYPES):  # the Tandem unit's instructions pass through as they are
+        return ins
     kind = type(ins)
     if kind is MatMul:
         return IsaMatMul(ins.local & RAW_MASK, ins.acc & RAW_MASK, ins.count - 1, ins.local_stride, ins.acc_stride, ins.accumulate,
@@ -90,6 +94,10 @@ def encode_lir(instructions: list, layout: InstructionLayout) -> bytes:
         elif t is LoadWeights:
             rows.append((3, int((ins.local >> TAG_SHIFT) == _Z), ins.local & RAW_MASK, ins.stride, ins.count - 1, 0, 0))
         else:
+            from systolix.isa.tandem import TANDEM_TYPES
+
+            if isinstance(ins, TANDEM_TYPES):  # a program using the Tandem unit: encoded one at a time
+                return encode_program([to_isa(i) for i in instructions], layout)
             raise TypeError(f"not a LIR instruction: {ins!r}")
     cols = np.array(rows, dtype=np.int64)
     op, flags, a0, s0, a1, s1, o2 = cols.T

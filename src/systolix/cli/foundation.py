@@ -26,13 +26,13 @@ def archs() -> None:
     from systolix.arch import ARCHITECTURE_NOTES, ARCHITECTURES, BOARDS
     from systolix.isa import InstructionLayout
 
-    t = Table(title="Architectures (Tensil's .tarch presets; depths in vectors, Ki = 1024)")
-    for col in ("name", "type", "array", "local", "acc", "DRAM0", "DRAM1", "instr."):
+    t = Table(title="Architectures (Tensil's .tarch presets, and ours with the Tandem unit; depths in vectors, Ki = 1024)")
+    for col in ("name", "type", "array", "local", "acc", "DRAM0", "DRAM1", "instr.", "Tandem"):
         t.add_column(col, justify="left" if col in ("name", "type") else "right", no_wrap=True)
     for name, a in ARCHITECTURES.items():
         t.add_row(name, a.data_type.name, f"{a.array_size}x{a.array_size}", _depth(a.local_depth),
                   _depth(a.accumulator_depth), _depth(a.dram0_depth), _depth(a.dram1_depth),
-                  f"{InstructionLayout.of(a).instruction_bytes} B")
+                  f"{InstructionLayout.of(a).instruction_bytes} B", "yes" if a.tandem is not None else "-")
     console.print(t)
     for name, note in ARCHITECTURE_NOTES.items():
         console.print(f"  [bold]{name}[/]: {note}")

@@ -73,7 +73,7 @@ def _estimate(model: Path, board_name: str, arch: str | None, strategy: str):
 def print_estimate(est, title: str) -> None:
     """The estimate as rich tables."""
     from systolix.perf.estimate import LAYER_BOUND_LABELS
-    from systolix.perf.simulator import UNIT_LABELS, UNITS
+    from systolix.perf.simulator import ALL_UNIT_LABELS as UNIT_LABELS
 
     n = est.board.architecture.array_size
     t = Table(title=title, show_header=False)
@@ -90,7 +90,7 @@ def print_estimate(est, title: str) -> None:
     u = Table(title="Unit busy share")
     for col in ("unit", "busy clocks", "share"):
         u.add_column(col, justify="left" if col == "unit" else "right")
-    for unit in UNITS:
+    for unit in est.unit_busy:
         u.add_row(UNIT_LABELS[unit], f"{est.unit_busy[unit]:,.0f}", f"{est.unit_shares[unit]:.1%}")
     console.print(u)
     if est.layers is None:

@@ -38,6 +38,9 @@ class AccessSummary:
     spans: dict[str, np.ndarray] = field(default_factory=dict)
     """``{"dram0": [[start, end), ...], "dram1": ...}``: the address ranges the instructions
     before the first bad one touch, merged (``merge_spans``), as int64 arrays ``[k, 2]``."""
+    tandem: object = None
+    """The Tandem unit's ``TandemSummary`` (``systolix.emulator.tandem``) when the program has
+    Tandem instructions."""
 
 
 #: Spans at most this many vectors apart are merged into one (fewer, larger pieces of DRAM).
@@ -116,6 +119,13 @@ def analyse(program: DecodedProgram, arch: Architecture, source: str = "program"
     depth = np.array([getattr(arch, DEPTH_FIELDS[m]) for m in MEMORIES], dtype=np.int64)
     bad_at = n
     bad_msg = ""
+    tandem = None
+    if n and ((program.opcode >= Opcode.TCONFIG) & (program.opcode <= Opcode.TSYNC)).any():
+        from systolix.emulator.tandem import analyse_tandem
+
+        tandem = analyse_tandem(program, arch, source, describe=lambda i: _describe(program, i))
+        if tandem.violation is not None:
+            bad_at = tandem.violation[0]
     needed = np.zeros(len(MEMORIES), dtype=np.int64)
     slots = _slots(program)
     last_by_slot = []
@@ -145,6 +155,9 @@ def analyse(program: DecodedProgram, arch: Architecture, source: str = "program"
             sel = mem[:bad_at] == k
             if sel.any():
                 needed[k] = max(needed[k], int(last[:bad_at][sel].max()) + 1)
+    if tandem is not None:
+        for name, count in tandem.needed.items():
+            needed[_MEMORY_ID[name]] = max(needed[_MEMORY_ID[name]], count)
 
     spans = {}
     for name in ("dram0", "dram1"):
@@ -153,7 +166,9 @@ def analyse(program: DecodedProgram, arch: Architecture, source: str = "program"
         spans[name] = merge_spans(np.stack([first[:bad_at][sel], last_by_slot[1][:bad_at][sel] + 1], axis=1))
 
     violation = None
-    if bad_at < n:
+    if tandem is not None and tandem.violation is not None and tandem.violation[0] == bad_at:
+        violation = Violation(bad_at, tandem.violation[1])
+    elif bad_at < n:
         i = bad_at
         text = _describe(program, i)
         for (mem, first, stride, count, verb), last in zip(slots, last_by_slot):
@@ -179,4 +194,4 @@ def analyse(program: DecodedProgram, arch: Architecture, source: str = "program"
                 f"(simd_registers_depth {arch.simd_registers_depth})"
             )
         violation = Violation(i, bad_msg)
-    return AccessSummary({m: int(needed[k]) for k, m in enumerate(MEMORIES)}, violation, spans)
+    return AccessSummary({m: int(needed[k]) for k, m in enumerate(MEMORIES)}, violation, spans, tandem)

@@ -212,6 +212,13 @@ class Emulator:
             self.config[int(reg)] = value
         self.saturation = np.zeros((self.batch, len(kernels.SAT_KINDS)), dtype=np.int64)
         """Saturation events since construction, ``[batch, kind]``."""
+        self.tandem = None
+        """The Tandem unit's state (``systolix.emulator.tandem.TandemUnit``) on an architecture with
+        the unit. Its instructions run there, in plain NumPy (not the numba kernels)."""
+        if arch.tandem is not None:
+            from systolix.emulator.tandem import TandemUnit
+
+            self.tandem = TandemUnit(arch, self.batch)
         if dram0_depth or dram1_depth:
             self.reserve(spans={m: np.array([[0, int(d)]]) for m, d in (("dram0", dram0_depth), ("dram1", dram1_depth)) if d})
 
@@ -235,6 +242,8 @@ class Emulator:
         n = self.arch.array_size
         item = np.dtype(self._storage).itemsize
         vectors = {"weights": n + 1, "registers": self.arch.simd_registers_depth, **vectors}
+        if self.arch.tandem is not None:
+            vectors["tandem interim"] = self.arch.tandem.interim_depth
         total = self.batch * sum(vectors.values()) * n * item
         if total <= self.memory_limit:
             return
@@ -465,11 +474,37 @@ class Emulator:
                 lo, hi, shift, one, reg_bits, tracing, narrow,
             )
 
+        # Tandem instructions run in Python between stretches of the kernel (a TLoop with its body).
+        is_tandem = (prog.opcode[:stop] >= Opcode.TCONFIG) & (prog.opcode[:stop] <= Opcode.TSYNC)
+        tandem_rows = np.flatnonzero(is_tandem) if self.tandem is not None else np.zeros(0, np.int64)
+        pc = int(ConfigRegister.PROGRAM_COUNTER)
+
         pool = ThreadPoolExecutor(len(slices)) if len(slices) > 1 else None
         try:
             i = 0
             while i < stop:
+                k = int(np.searchsorted(tandem_rows, i))
+                next_tandem = int(tandem_rows[k]) if k < tandem_rows.size else stop
+                if next_tandem == i:
+                    sat = self.tandem.saturations.copy()
+                    i0 = i
+                    j = self.tandem.step(prog, i, {"acc": self.acc, "local": self.local})
+                    self.saturation[:, kernels.SAT_KINDS.index("alu")] += self.tandem.saturations - sat
+                    np.add.at(counts[0], prog.opcode[i:j].astype(np.int64), 1)
+                    # The program counter counts instructions accepted: a loop's body once. A
+                    # tracepoint the loop's body passes fires after the loop.
+                    before = int(self.config[pc])
+                    self.config[pc] = (before + (j - i)) & kernels.PC_MASK
+                    for c in configs:
+                        c[:] = self.config
+                    i = j
+                    if tracing and before < self.config[int(ConfigRegister.TRACEPOINT)] <= before + (j - i0):
+                        fire(i)
+                    if progress is not None:
+                        progress(i, len(prog))
+                    continue
                 chunk_end = min(stop, i + PROGRESS_CHUNK) if progress is not None else stop
+                chunk_end = min(chunk_end, next_tandem)
                 if pool is None:
                     outcomes = [execute(0, i, chunk_end)]
                 else:

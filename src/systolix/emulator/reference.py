@@ -11,6 +11,9 @@ Fixed point only: values are raw two's complement integers of the data type's wi
 ``bp`` fractional bits. A product ``x * w`` is rounded to ``bp`` bits half to even; every add
 saturates to the type's range (counted in ``saturations``); a float converted to fixed point
 rounds half up, as Java's ``Math.round`` does in Tensil's tools.
+
+On an architecture with the Tandem vector unit, its instructions run in ``tandem.TandemUnit``
+(plain NumPy as well, the unit's definition), on these same memories.
 """
 
 from __future__ import annotations
@@ -46,6 +49,11 @@ class ReferenceTCU:
         self.weights = np.zeros((batch, n + 1, n), np.int64)
         self.regs = np.zeros((batch, max(arch.simd_registers_depth, 1), n), np.int64)
         self.saturations = 0
+        self.tandem = None
+        if getattr(arch, "tandem", None) is not None:
+            from systolix.emulator.tandem import TandemUnit
+
+            self.tandem = TandemUnit(arch, batch)
 
     # --- numbers ---------------------------------------------------------------------------
     def to_fixed(self, floats: np.ndarray) -> np.ndarray:
@@ -71,8 +79,17 @@ class ReferenceTCU:
     # --- instructions ----------------------------------------------------------------------
     def run(self, program) -> None:
         """Execute a ``DecodedProgram`` (every batch item at once)."""
-        for i in range(len(program)):
+        from systolix.isa.tandem import is_tandem
+
+        i = 0
+        while i < len(program):
+            if is_tandem(int(program.opcode[i])):
+                if self.tandem is None:
+                    raise ValueError(f"instruction #{i} is a Tandem instruction, but the architecture has no Tandem unit")
+                i = self.tandem.step(program, i, {"acc": self.acc, "local": self.local})
+                continue
             ins = program.instruction(i)
+            i += 1
             if isinstance(ins, MatMul):
                 self.matmul(ins)
             elif isinstance(ins, LoadWeights):
@@ -82,7 +99,7 @@ class ReferenceTCU:
             elif isinstance(ins, SIMD):
                 self.simd(ins)
             elif isinstance(ins, LoadLUT):
-                raise NotImplementedError(f"LoadLUT at #{i}: no hardware implements it")
+                raise NotImplementedError(f"LoadLUT at #{i - 1}: no hardware implements it")
             # NoOp and Configure: no effect on the data
 
     def matmul(self, ins: MatMul) -> None:

@@ -12,6 +12,19 @@ The syntax, one line per instruction (``#`` starts a comment; numbers are decima
     LoadLUT local[0, stride=1] table=1
     Configure tracepoint=0x100
 
+On an architecture with the Tandem unit, its instructions (``systolix.isa.tandem``, ``docs/tandem.md``)::
+
+    TIter      base acc.0 = 128
+    TIter      stride acc.0 level=0 = 1
+    TImm       imm.3 = 65536
+    TLoop      level=0 iterations=16 body=2
+    TAlu       Mac interim.0 <- acc.0, imm.3
+    TCmp       Gt local.1 <- acc.0, imm.0
+    TCalc      Abs acc.0 <- acc.0
+    TPermute   LaneMax interim.1 <- acc.0
+    TCast      interim.2 <- interim.0 width=16 frac=8
+    TSync      to_unit
+
 DataMove's direction and memories name its data-flow kind; ``accumulate`` on a move into the
 accumulators is kind 15. SIMD sources are ``input`` or ``regK``; the destination is ``out`` or
 ``out+regK``; ``acc[R] -> acc[W]`` are the read and write addresses.
@@ -23,6 +36,7 @@ import re
 from typing import Iterable
 
 from systolix.errors import AssemblyError
+from systolix.isa import tandem
 from systolix.isa.instructions import (
     CONFIG_REGISTER_NAMES,
     SIMD,
@@ -72,6 +86,8 @@ def format_instruction(instr: Instruction) -> str:
 
     if isinstance(instr, NoOp):
         return "NoOp"
+    if isinstance(instr, tandem.TANDEM_TYPES):
+        return tandem.format_tandem(instr, line)
     if isinstance(instr, MatMul):
         flags = " ".join(f for f, on in (("accumulate", instr.accumulate), ("zeroes", instr.zeroes)) if on)
         return line("MatMul", f"{_mem('local', instr.local_address, instr.local_stride)} -> "
@@ -183,6 +199,8 @@ def parse_instruction(text: str, where: str = "line") -> Instruction:
     key = mnemonic.lower()
     body = body.strip()
     try:
+        if key in tandem.MNEMONICS:
+            return tandem.parse_tandem(key, body)
         if key == "noop":
             if body:
                 raise AssemblyError(f"{where}: NoOp takes no operands")

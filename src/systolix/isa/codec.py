@@ -27,9 +27,12 @@ from systolix.isa.instructions import (
     Opcode,
     SimdOp,
 )
+from systolix.isa import tandem
 from systolix.isa.layout import InstructionLayout
 
-VALID_OPCODES = np.array([int(o) for o in Opcode], dtype=np.uint8)
+VALID_OPCODES = np.array([int(o) for o in Opcode if not tandem.is_tandem(o)], dtype=np.uint8)
+NO_TANDEM_UNIT = ("a Tandem instruction, but the architecture has no Tandem unit (add a 'tandem' key to its "
+                  ".tarch, or use a preset with the unit such as ultra96v2_tandem)")
 VALID_FLOWS = np.array([int(f) for f in DataFlow], dtype=np.uint8)
 # Flag bits each opcode defines; any other set bit is an invalid instruction.
 FLAG_MASKS = {
@@ -40,6 +43,7 @@ FLAG_MASKS = {
     Opcode.SIMD: 0x7,  # read, write, accumulate
     Opcode.LOADLUT: 0x0,
     Opcode.CONFIGURE: 0x0,
+    **{Opcode(o): 0xF for o in tandem.TANDEM_OPCODES},  # each function is checked by tandem.from_payload
 }
 
 
@@ -70,9 +74,26 @@ def _check(instr, field: str, value: int, bits: int) -> int:
     return value
 
 
+def _split_payload(whole: int, L: InstructionLayout) -> tuple[int, int, int]:
+    """One integer across the three operands, operand 0 lowest (as Configure and Tandem use them)."""
+    b0, b1 = L.operand0_bits, L.operand1_bits
+    return whole & ((1 << b0) - 1), (whole >> b0) & ((1 << b1) - 1), whole >> (b0 + b1)
+
+
 def encode_fields(instr: Instruction, layout: InstructionLayout) -> tuple[int, int, int, int, int]:
     """``(opcode, flags, operand0, operand1, operand2)`` of one instruction, range-checked."""
     L = layout
+    if isinstance(instr, tandem.TANDEM_TYPES):
+        name = OPCODE_NAMES[instr.opcode]
+        if not L.tandem:
+            raise EncodingError(f"{name}: {NO_TANDEM_UNIT}")
+        try:
+            opcode, func, body = tandem.payload(instr)
+        except ValueError as e:
+            raise EncodingError(f"{name}: {e}") from None
+        if body >> L.operands_bits:  # pragma: no cover - the architecture guarantees TANDEM_PAYLOAD_BITS
+            raise EncodingError(f"{name}: needs {body.bit_length()} operand bits, the architecture has {L.operands_bits}")
+        return (opcode, func, *_split_payload(body, L))
     if isinstance(instr, NoOp):
         return (0, 0, 0, 0, 0)
     if isinstance(instr, MatMul):
@@ -202,8 +223,15 @@ class DecodedProgram:
             )
         if op is Opcode.LOADLUT:
             return LoadLUT(a0, a1, s0)
-        whole = int(self.op0[i]) | int(self.op1[i]) << L.operand0_bits | int(self.op2[i]) << (L.operand0_bits + L.operand1_bits)
+        whole = self.payload(i)
+        if tandem.is_tandem(op):
+            return tandem.from_payload(int(op), f, whole)
         return Configure(whole & 0xF, whole >> 4)
+
+    def payload(self, i: int) -> int:
+        """Instruction ``i``'s operands as one integer, operand 0 lowest."""
+        L = self.layout
+        return int(self.op0[i]) | int(self.op1[i]) << L.operand0_bits | int(self.op2[i]) << (L.operand0_bits + L.operand1_bits)
 
     def __iter__(self) -> Iterator[Instruction]:
         for i in range(len(self)):
@@ -234,6 +262,27 @@ def _le_uint(columns: np.ndarray) -> np.ndarray:
     return out
 
 
+def _tandem_word(i: int, opcode, flags, op0, op1, op2, layout: InstructionLayout) -> tuple[object, str]:
+    """Word ``i`` as a Tandem instruction, or ``None`` and why it is not one."""
+    b0, b1 = layout.operand0_bits, layout.operand1_bits
+    whole = int(op0[i]) | int(op1[i]) << b0 | int(op2[i]) << (b0 + b1)
+    try:
+        return tandem.from_payload(int(opcode[i]), int(flags[i]), whole), ""
+    except ValueError as e:
+        return None, str(e)
+
+
+def _no_tandem_unit(i: int, opcode, flags, op0, op1, op2, layout: InstructionLayout) -> str:
+    """Why a Tandem opcode does not decode on an architecture without the unit, with its text."""
+    from systolix.isa.assembly import format_instruction
+
+    instr, _ = _tandem_word(i, opcode, flags, op0, op1, op2, layout)
+    op = int(opcode[i])
+    if instr is None:
+        return f"unknown opcode 0x{op:X}: a Tandem opcode, but the architecture has no Tandem unit"
+    return f"unknown opcode 0x{op:X}: {' '.join(format_instruction(instr).split())} is {NO_TANDEM_UNIT}"
+
+
 def decode_program(data: bytes, layout: InstructionLayout, source: str = "program") -> DecodedProgram:
     """Decode a ``.tprog``. Raises ``DecodingError`` (not a whole number of instructions, an
     undefined opcode, DataMove kind or flag) naming ``source``, the instruction index and its
@@ -261,7 +310,21 @@ def decode_program(data: bytes, layout: InstructionLayout, source: str = "progra
             more = f" (and {bad.size - 1} more)" if bad.size > 1 else ""
             raise DecodingError(f"{source}: instruction #{i} at byte offset {i * n_bytes}: {why(i)}{more}")
 
-    fail(~np.isin(opcode, VALID_OPCODES), lambda i: f"unknown opcode 0x{int(opcode[i]):X}")
+    is_tandem = (opcode >= int(Opcode.TCONFIG)) & (opcode <= int(Opcode.TSYNC))
+
+    def unknown(i: int) -> str:
+        if is_tandem[i]:  # only without the unit
+            return _no_tandem_unit(i, opcode, flags, op0, op1, op2, layout)
+        reserved = " (reserved for the Tandem unit)" if int(opcode[i]) == tandem.TANDEM_RESERVED_OPCODE else ""
+        return f"unknown opcode 0x{int(opcode[i]):X}{reserved}"
+
+    fail(~np.isin(opcode, VALID_OPCODES) & ~(is_tandem & layout.tandem), unknown)
+    for i in np.flatnonzero(is_tandem):  # with the unit: every Tandem word must decode
+        instr, why = _tandem_word(int(i), opcode, flags, op0, op1, op2, layout)
+        if instr is None:
+            mask = np.zeros(len(opcode), dtype=bool)
+            mask[i] = True
+            fail(mask, lambda _: f"{OPCODE_NAMES[Opcode(int(opcode[i]))]}: {why}")
     is_dm = opcode == Opcode.DATAMOVE
     fail(is_dm & (flags == 14), lambda i: "reserved DataMove kind 14")
     fail(is_dm & ~np.isin(flags, VALID_FLOWS), lambda i: f"undefined DataMove kind {int(flags[i])}")

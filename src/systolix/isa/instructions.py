@@ -18,6 +18,15 @@ class Opcode(IntEnum):
     LOADWEIGHTS = 0x3
     SIMD = 0x4
     LOADLUT = 0x5
+    # The Tandem vector unit (systolix.isa.tandem; only on an architecture with the unit).
+    TCONFIG = 0x6
+    TLOOP = 0x7
+    TALU = 0x8
+    TCALC = 0x9
+    TCMP = 0xA
+    TPERMUTE = 0xB
+    TCAST = 0xC
+    TSYNC = 0xD
     CONFIGURE = 0xF
 
 
@@ -28,6 +37,14 @@ OPCODE_NAMES = {
     Opcode.LOADWEIGHTS: "LoadWeights",
     Opcode.SIMD: "SIMD",
     Opcode.LOADLUT: "LoadLUT",
+    Opcode.TCONFIG: "TConfig",
+    Opcode.TLOOP: "TLoop",
+    Opcode.TALU: "TAlu",
+    Opcode.TCALC: "TCalc",
+    Opcode.TCMP: "TCmp",
+    Opcode.TPERMUTE: "TPermute",
+    Opcode.TCAST: "TCast",
+    Opcode.TSYNC: "TSync",
     Opcode.CONFIGURE: "Configure",
 }
 

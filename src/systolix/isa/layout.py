@@ -11,6 +11,11 @@ from dataclasses import dataclass
 from systolix.arch.architecture import Architecture
 
 
+# Operand bits every Tandem instruction needs (its widest format, TConfig's immediate, uses 37;
+# docs/tandem.md). Every Tensil preset has at least 56.
+TANDEM_PAYLOAD_BITS = 40
+
+
 def log2ceil(n: int) -> int:
     """Bits needed to address ``n`` items (``log2ceil(1) == 0``)."""
     if n < 1:
@@ -40,6 +45,8 @@ class InstructionLayout:
     operand0_bits: int
     operand1_bits: int
     operand2_bits: int
+    tandem: bool = False
+    """The architecture has the Tandem unit: opcodes 0x6-0xD decode (``systolix.isa.tandem``)."""
 
     @classmethod
     def of(cls, arch: Architecture) -> "InstructionLayout":
@@ -69,6 +76,7 @@ class InstructionLayout:
             operand0_bits=round_bits_to_bytes(op0_addr + s0),
             operand1_bits=round_bits_to_bytes(op1_addr + s1),
             operand2_bits=round_bits_to_bytes(op2_used),
+            tandem=arch.tandem is not None,
         )
 
     @property

@@ -13,7 +13,7 @@ from systolix.artifacts import TModel
 from systolix.errors import ArtifactError, SystolixError
 from systolix.isa import InstructionLayout, decode_program
 from systolix.isa.codec import DecodedProgram
-from systolix.perf.simulator import UNIT_LABELS, UNITS, Timeline, simulate
+from systolix.perf.simulator import ALL_UNIT_LABELS, TANDEM_UNIT, U_TAN, UNIT_LABELS, UNITS, Timeline, simulate
 
 # What bounds a run: the unit categories compared by busy time.
 BOUND_CATEGORIES = {
@@ -21,6 +21,7 @@ BOUND_CATEGORIES = {
     "memory traffic": ("dram0", "dram1", "port_b"),
     "instruction issue": ("decoder",),
     "accumulators/SIMD": ("acc",),
+    "Tandem unit": (TANDEM_UNIT,),  # only on an architecture with the unit
 }
 # What bounds a layer: one of UNITS, or the array's time spent on weights rather than MatMuls
 # (or nothing: a layer without instructions).
@@ -121,7 +122,7 @@ class Estimate:
         """The category whose busiest unit is busy longest: what the run waits on."""
         best, best_busy = "", -1.0
         for name, units in BOUND_CATEGORIES.items():
-            busy = max(self.unit_busy[u] for u in units)
+            busy = max(self.unit_busy.get(u, 0.0) for u in units)
             if busy > best_busy:
                 best, best_busy = name, busy
         return best
@@ -143,8 +144,8 @@ class Estimate:
             "macs_source": self.macs_source,
             "mac_efficiency": self.mac_efficiency,
             "units": {
-                u: {"label": UNIT_LABELS[u], "busy_cycles": round(self.unit_busy[u], 1), "share": self.unit_shares[u]}
-                for u in UNITS
+                u: {"label": ALL_UNIT_LABELS[u], "busy_cycles": round(self.unit_busy[u], 1), "share": self.unit_shares[u]}
+                for u in self.unit_busy
             },
             "bound": self.bound,
             "layers": None if self.layers is None else [l.to_json(self.board.clock_mhz, n) for l in self.layers],
@@ -196,7 +197,7 @@ def unit_work(program: DecodedProgram, timeline: Timeline) -> np.ndarray:
     f = program.flags
     n = (program.size + 1).astype(np.float64)
     lw_n = (program.addr1 + 1).astype(np.float64)
-    work = np.zeros((len(program), len(UNITS)))
+    work = np.zeros((len(program), len(timeline.busy)))
     col = {u: i for i, u in enumerate(UNITS)}
     work[:, col["decoder"]] = timeline.params.issue_cycles
     mm = op == 1
@@ -219,7 +220,18 @@ def unit_work(program: DecodedProgram, timeline: Timeline) -> np.ndarray:
         work[sel, col["port_b"]] = xfer[sel]
     simd = op == 4
     work[simd, col["acc"]] = np.where((f[simd] & 3) == 3, 2.0, 1.0)
+    if work.shape[1] > U_TAN:
+        tandem = (op >= 6) & (op <= 12)
+        work[tandem, U_TAN] = xfer[tandem]
     return work
+
+
+def unit_busy(timeline: Timeline, arch) -> dict[str, float]:
+    """Clocks each unit was busy: the TCU's, and the Tandem unit's on an architecture with it."""
+    busy = {u: float(timeline.busy[i]) for i, u in enumerate(UNITS)}
+    if arch.tandem is not None:
+        busy[TANDEM_UNIT] = float(timeline.busy[U_TAN])
+    return busy
 
 
 def dram_bytes_per_instruction(program: DecodedProgram, vector_bytes: int) -> np.ndarray:
@@ -348,7 +360,7 @@ def estimate(
         macs, source = array_macs(program, n), "array (MatMul vectors x N^2, includes zero padding)"
     return Estimate(
         board=board, instructions=len(program), cycles=timeline.cycles, io_scalars=io_scalars, macs=macs,
-        macs_source=source, unit_busy={u: float(timeline.busy[i]) for i, u in enumerate(UNITS)},
+        macs_source=source, unit_busy=unit_busy(timeline, arch),
         layers=layers, timeline=timeline,
     )
 
@@ -412,7 +424,7 @@ def estimate_partitioned(tmodel_path: str | Path, board: Board) -> tuple[Estimat
         board=first.board, instructions=sum(e.instructions for e in estimates),
         cycles=sum(e.cycles for e in estimates), io_scalars=sum(e.io_scalars for e in estimates),
         macs=sum(e.macs for e in estimates), macs_source=first.macs_source,
-        unit_busy={u: sum(e.unit_busy[u] for e in estimates) for u in UNITS},
+        unit_busy={u: sum(e.unit_busy[u] for e in estimates) for u in first.unit_busy},
         layers=layers, timeline=first.timeline,
     )
     return combined, parts

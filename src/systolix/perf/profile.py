@@ -15,12 +15,15 @@ from systolix.errors import SystolixError
 from systolix.isa.codec import DecodedProgram
 from systolix.perf.estimate import LAYER_BOUND_LABELS, Estimate, LayerEstimate, infer_stages, layer_estimates
 from systolix.perf.samples import decode_samples, unit_intervals
-from systolix.perf.simulator import UNIT_LABELS, UNITS
+from systolix.perf.simulator import ALL_UNIT_LABELS, TANDEM_UNIT, UNIT_LABELS, UNITS
 
 KIND_NAMES = {
     (1, None): "MatMul", (3, None): "LoadWeights", (4, None): "SIMD", (0, None): "NoOp", (15, None): "Configure",
     (5, None): "LoadLUT", (2, 0): "DRAM0->local", (2, 1): "local->DRAM0", (2, 2): "DRAM1->local",
     (2, 3): "local->DRAM1", (2, 12): "acc->local", (2, 13): "local->acc", (2, 15): "local->acc (acc)",
+    # The Tandem unit's (docs/tandem.md).
+    (6, None): "TConfig", (7, None): "TLoop", (8, None): "TAlu", (9, None): "TCalc", (10, None): "TCmp",
+    (11, None): "TPermute", (12, None): "TCast", (13, None): "TSync",
 }
 
 
@@ -57,11 +60,12 @@ def trace_events(est: Estimate, program: DecodedProgram, merge_gap: float = 64.0
     us_per_cycle = 1.0 / est.board.clock_mhz
     events: list[dict] = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 0,
                            "args": {"name": f"TCU {est.board.name}"}}]
-    for tid, unit in enumerate(UNITS, start=1):
-        events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": UNIT_LABELS[unit]}})
-        events.append({"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid, "args": {"sort_index": tid}})
     intervals = unit_intervals(program, est.timeline)
-    for tid, unit in enumerate(UNITS, start=1):
+    units = [u for u in (*UNITS, TANDEM_UNIT) if u in intervals]  # the Tandem unit's track when it works
+    for tid, unit in enumerate(units, start=1):
+        events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": ALL_UNIT_LABELS[unit]}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid, "args": {"sort_index": tid}})
+    for tid, unit in enumerate(units, start=1):
         idx, s, e = intervals[unit]
         if idx.size == 0:
             continue
@@ -228,7 +232,7 @@ def write_report(path: str | Path, est: Estimate, program: DecodedProgram, model
         ["MAC efficiency", f"{est.mac_efficiency:.1%} ({est.macs_source})"],
         ["bound by", est.bound],
     ], None)
-    units = _table([[UNIT_LABELS[u], f"{est.unit_busy[u]:,.0f}", f"{est.unit_shares[u]:.1%}"] for u in UNITS],
+    units = _table([[ALL_UNIT_LABELS[u], f"{est.unit_busy[u]:,.0f}", f"{est.unit_shares[u]:.1%}"] for u in est.unit_busy],
                    ["unit", "busy clocks", "share"])
     layer_rows = [[l.name, " ".join(l.ops), f"{l.instructions:,}", f"{l.macs:,}", f"{l.cycles / (est.board.clock_mhz * 1e3):.4f}",
                    f"{l.macs / (n * n * l.cycles):.1%}" if l.cycles else "-", f"{l.dram_bytes:,}",

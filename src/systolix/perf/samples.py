@@ -71,6 +71,9 @@ def unit_intervals(program: DecodedProgram, timeline: Timeline) -> dict[str, tup
         "dram0": dm & (f <= 1),
         "dram1": dm & ((f == 2) | (f == 3)),
     }
+    tandem = (op >= 6) & (op <= 12)  # the Tandem unit's work (TSync is ordering only)
+    if tandem.any():
+        masks["tandem"] = tandem
     out = {}
     for unit, mask in masks.items():
         idx = np.flatnonzero(mask)

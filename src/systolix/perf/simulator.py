@@ -19,6 +19,14 @@ The model follows Tensil's RTL (``Decoder.scala``, ``SystolicArray.scala``,
   request (one per vector when the DRAM stride is not 1, else one per burst of at most
   4 KiB), holds its DRAM port and local port B for that time, and completes one round-trip
   latency later. A port drains its reads before it writes and the other way round.
+- The Tandem vector unit (on an architecture with it; ``docs/tandem.md``) is a unit of its own
+  with its own queue (``tandem.queue_depth``): it overlaps the array and the memories, and only
+  its sync instructions order it against them. ``TSync to_unit``: the unit's next instruction
+  waits until every earlier TCU instruction is done; ``TSync to_array``: the decoder stops
+  until every earlier unit instruction is done; ``TSync release buf=k`` marks the point of the
+  unit's stream where buffer ``k`` is handed back, and ``TSync wait buf=k`` stops the decoder
+  until the unit has reached the latest such mark. Each instruction costs its clocks per vector
+  (``tandem_cycles``) times the iterations of the loops around it, as one block of work.
 - An instruction also waits for earlier instructions whose memory ranges it depends on
   (read after write, write after read, write after write, tracked per vector in local memory,
   the accumulators and both DRAMs), and, as Tensil's lock pool does, for the previous request
@@ -49,11 +57,16 @@ UNIT_LABELS = {
     "acc": "accumulators + SIMD",
 }
 U_DEC, U_D0, U_D1, U_PA, U_PB, U_ARR, U_ACC = range(7)
+# The Tandem unit: busy[U_TAN] of every timeline (reported only for architectures with the unit).
+TANDEM_UNIT = "tandem"
+U_TAN = 7
+N_UNITS = 8
+ALL_UNIT_LABELS = {**UNIT_LABELS, TANDEM_UNIT: "Tandem vector unit"}
 
 # Indices into the parameter vector the kernel reads.
 P_N, P_FILL, P_VEC_BYTES, P_BYTES_PER_CYCLE, P_REQ_CYCLES, P_LAT_CYCLES, P_BURST_VECTORS, \
-    P_ISSUE, P_LOCAL_HALF, P_Q_DRAM, P_Q_COMPUTE, P_LOCKS, P_DRAIN = range(13)
-N_PARAMS = 13
+    P_ISSUE, P_LOCAL_HALF, P_Q_DRAM, P_Q_COMPUTE, P_LOCKS, P_DRAIN, P_Q_TANDEM = range(14)
+N_PARAMS = 14
 MAX_QUEUE = 1024
 
 
@@ -74,6 +87,7 @@ class TimingParameters:
     compute_queue_depth: int
     local_locks: bool = True
     drain_on_turnaround: bool = True
+    tandem_queue_depth: int = 1
 
     @classmethod
     def of(cls, board: Board, arch: Architecture | None = None) -> "TimingParameters":
@@ -98,6 +112,7 @@ class TimingParameters:
             # pool's two-deep actor queue; the array, accumulator and router queues 2N.
             dram_queue_depth=2,
             compute_queue_depth=min(MAX_QUEUE, 2 * n),
+            tandem_queue_depth=arch.tandem.queue_depth if arch.tandem is not None else 1,
         )
 
     def vector(self) -> np.ndarray:
@@ -115,6 +130,7 @@ class TimingParameters:
         p[P_Q_COMPUTE] = self.compute_queue_depth
         p[P_LOCKS] = 1.0 if self.local_locks else 0.0
         p[P_DRAIN] = 1.0 if self.drain_on_turnaround else 0.0
+        p[P_Q_TANDEM] = self.tandem_queue_depth
         return p
 
 
@@ -185,13 +201,18 @@ def _queue_push(ring, count, unit, t):
 
 @numba.njit(cache=True)
 def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
-              local_depth, acc_depth, dram0_depth, dram1_depth):
+              local_depth, acc_depth, dram0_depth, dram1_depth, tandem_cost, sync_buf):
     n_instr = opcode.shape[0]
     issue = np.zeros(n_instr)
     start = np.zeros(n_instr)
     end = np.zeros(n_instr)
     done = np.zeros(n_instr)
-    busy = np.zeros(7)
+    busy = np.zeros(N_UNITS)
+    q_tandem = int(p[P_Q_TANDEM])
+    tcu_done = 0.0  # when every TCU instruction so far is done
+    unit_done = 0.0  # when every Tandem instruction so far is done
+    unit_gate = 0.0  # the unit starts nothing before this (TSync to_unit)
+    released = np.zeros(4)  # when the unit reached the latest TSync release of each buffer
 
     fill = p[P_FILL]
     vec_bytes = p[P_VEC_BYTES]
@@ -216,14 +237,14 @@ def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
     d1_w = np.zeros(dram1_depth)
     d1_r = np.zeros(dram1_depth)
 
-    free = np.zeros(7)  # when each unit can take new work
+    free = np.zeros(N_UNITS)  # when each unit can take new work
     array_load_free = 0.0  # when the last MatMul input has left the array
     dram_read_done = np.zeros(2)
     dram_write_done = np.zeros(2)
     # LockPool: last request start per (port, half of local memory).
     lock_start = np.zeros((2, 2))
-    ring = np.zeros((7, MAX_QUEUE))
-    count = np.zeros(7, dtype=np.int64)
+    ring = np.zeros((N_UNITS, MAX_QUEUE))
+    count = np.zeros(N_UNITS, dtype=np.int64)
 
     t_issue = 0.0
     last_done = 0.0
@@ -387,11 +408,37 @@ def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
                 if acc_w[wa] < e:
                     acc_w[wa] = e
             _queue_push(ring, count, U_ACC, s)
+        elif op == 13:  # TSync: orders the unit and the TCU, no work
+            if f == 0:  # to_unit: the unit waits for the TCU
+                unit_gate = max(unit_gate, tcu_done)
+            elif f == 1:  # to_array: the decoder waits for the unit
+                t = max(t, unit_done)
+            elif f == 2:  # release: a marker in the unit's stream, reached when its work so far is done
+                released[sync_buf[i]] = max(t, unit_done, unit_gate)
+            else:  # wait: the decoder waits for the buffer's latest release
+                t = max(t, released[sync_buf[i]])
+            issue[i] = t
+            s = t
+            e = t
+            d = t
+        elif 6 <= op <= 12:  # a Tandem instruction (with the iterations of the loops around it)
+            t = max(t, _queue_slot(ring, count, U_TAN, q_tandem))
+            issue[i] = t
+            s = max(t, free[U_TAN], unit_gate)
+            c = tandem_cost[i]
+            e = s + c
+            d = e
+            free[U_TAN] = e
+            busy[U_TAN] += c
+            unit_done = max(unit_done, e)
+            _queue_push(ring, count, U_TAN, s)
         else:  # NoOp, Configure, LoadLUT: only the decoder
             issue[i] = t
             s = t
             e = t
             d = t
+        if op < 6 or op > 13:
+            tcu_done = max(tcu_done, d)
         start[i] = s
         end[i] = e
         done[i] = d
@@ -400,6 +447,25 @@ def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
         busy[U_DEC] += issue_cycles
         t_issue = issue[i] + issue_cycles
     return issue, start, end, done, busy, max(last_done, t_issue)
+
+
+def tandem_cycles(program: DecodedProgram, arch: Architecture, executions: np.ndarray) -> np.ndarray:
+    """Clocks each Tandem instruction keeps the unit busy, over all its loop iterations: one
+    clock a vector (the ALU, comparisons, casts and lane reductions are pipelined across the
+    lanes), a division ``2w`` clocks (one quotient bit a clock), a transpose ``2N`` (N vectors
+    into the permute engine, N out), configuration and TLoop one clock, TSync none."""
+    from systolix.isa.instructions import Opcode
+    from systolix.isa.tandem import TAluOp, TPermuteOp
+
+    op = program.opcode
+    f = program.flags
+    per = np.ones(len(program))
+    per[(op == Opcode.TALU) & (f == TAluOp.DIV)] = 2 * arch.data_type.width
+    per[(op == Opcode.TPERMUTE) & (f == TPermuteOp.TRANSPOSE)] = 2 * arch.array_size
+    counted = (op >= Opcode.TALU) & (op <= Opcode.TCAST)
+    cost = np.where(counted, per * executions, 0.0)
+    cost[(op == Opcode.TCONFIG) | (op == Opcode.TLOOP)] = 1.0
+    return cost
 
 
 def _extent(addr: np.ndarray, stride_log2: np.ndarray, size: np.ndarray, mask: np.ndarray) -> int:
@@ -415,6 +481,12 @@ def simulate(program: DecodedProgram, board: Board, arch: Architecture | None = 
     arch = arch or board.architecture
     if board.timing == "rtl":
         from systolix.perf.rtl_timing import simulate_rtl
+
+        if arch.tandem is not None or ((program.opcode >= 6) & (program.opcode <= 13)).any():
+            from systolix.emulator import EmulatorError
+
+            raise EmulatorError("the generated RTL has no Tandem unit (its RTL is not written yet): "
+                                "time a program for it on another board")
 
         return simulate_rtl(program, arch)
     params = TimingParameters.of(board, arch)
@@ -434,9 +506,23 @@ def simulate(program: DecodedProgram, board: Board, arch: Architecture | None = 
                      int(program.op1[op == 4].max(initial=0)) + 1)
     d0_extent = _extent(addr1, s1, size, is_dm & (fl <= 1))
     d1_extent = _extent(addr1, s1, size, is_dm & ((fl == 2) | (fl == 3)))
+    tandem_cost = np.zeros(len(program))
+    sync_buf = np.zeros(len(program), dtype=np.int64)
+    if ((op >= 6) & (op <= 13)).any():
+        from systolix.emulator import EmulatorError
+        from systolix.emulator.tandem import analyse_tandem
+
+        from systolix.emulator.bounds import _describe
+
+        summary = analyse_tandem(program, arch, "program", describe=lambda i: _describe(program, i))
+        if summary.violation is not None:
+            raise EmulatorError(summary.violation[1])
+        tandem_cost = tandem_cycles(program, arch, summary.executions)
+        for i in np.flatnonzero(op == 13):
+            sync_buf[i] = program.payload(int(i)) & 3
     issue, start, end, done, busy, cycles = _simulate(
         op, fl, addr0, s0, addr1, s1, size,
         program.op0.astype(np.int64), program.op1.astype(np.int64), params.vector(),
-        local_extent, acc_extent, d0_extent, d1_extent,
+        local_extent, acc_extent, d0_extent, d1_extent, tandem_cost, sync_buf,
     )
     return Timeline(issue=issue, start=start, end=end, done=done, busy=busy, cycles=float(cycles), params=params)

@@ -78,6 +78,10 @@ class RtlConfig:
             raise ArchitectureError(
                 f"{where}: number_of_threads = {a.number_of_threads}: the generator builds single-threaded TCUs "
                 "(as Tensil's RTL does); set it to 1")
+        if a.tandem is not None:
+            raise ArchitectureError(
+                f"{where}: has the Tandem vector unit, which the generator does not build yet (docs/tandem.md); "
+                "drop the 'tandem' key to build the TCU alone")
         if a.array_size > MAX_ARRAY_SIZE:
             raise ArchitectureError(
                 f"{where}: array_size = {a.array_size}: the generator builds arrays of at most "
