@@ -28,12 +28,12 @@ BAND_SHARE = 0.5
 
 def wide_input_parts(layer, N: int, local_depth: int) -> list[tuple[int, int]] | None:
     """The ``(first, end)`` input channels of each part of ``layer``, or None to leave it whole:
-    a conv with one dense input in planar order and no scaling of its own whose band of input rows for one output row,
+    a conv with one dense input and no scaling of its own whose band of input rows for one output row,
     over all its channel groups, exceeds ``BAND_SHARE`` of local memory."""
     if not isinstance(layer, ConvLayer) or len(layer.inputs) != 1 or layer.scaling_ops:
         return None
     (inp,) = layer.inputs
-    if inp.weights is None or inp.act.order != "planar":
+    if inp.weights is None:
         return None
     rows = min(inp.act.H, (layer.kernel[0] - 1) * layer.dilation[0] + 1)
     per_group = rows * inp.act.W  # vectors of one channel group's band
