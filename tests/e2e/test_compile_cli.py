@@ -66,6 +66,9 @@ def test_host_fallback_and_no_host(tmp_path):
     model = save(M.build("host/softmax"), tmp_path / "soft.onnx")
     proc = run_cli("compile", model, "--arch", "pynqz1", "-o", tmp_path / "h", check=True)
     assert "Softmax" in proc.stdout and "host" in proc.stdout
+    # The summary says why each host node is not on the accelerator.
+    why = proc.stdout[proc.stdout.index("Why on the host"):]
+    assert "Softmax" in why and "no implementation of this op" in " ".join(why.split())
     manifest = json.loads((tmp_path / "h" / "soft_8x8.tmodel").read_text())
     kinds = [s["kind"] for s in manifest["systolix"]["segments"]]
     assert "host" in kinds and "accelerator" in kinds
