@@ -1,4 +1,4 @@
-"""Wide inputs in parts: a conv whose input band for one output row does not fit local memory
+"""Wide inputs in parts: a conv whose input band for one output row cannot fit local memory
 becomes one layer per block of input channels, summed exactly at the end.
 
 A conv layer keeps in local memory, for the output rows it computes, every input row they read
@@ -29,7 +29,8 @@ BAND_SHARE = 0.5
 def wide_input_parts(layer, N: int, local_depth: int) -> list[tuple[int, int]] | None:
     """The ``(first, end)`` input channels of each part of ``layer``, or None to leave it whole:
     a conv with one dense input and no scaling of its own whose band of input rows for one output row,
-    over all its channel groups, exceeds ``BAND_SHARE`` of local memory."""
+    over all its channel groups, cannot fit local memory; each part's band takes at most
+    ``BAND_SHARE`` of it."""
     if not isinstance(layer, ConvLayer) or len(layer.inputs) != 1 or layer.scaling_ops:
         return None
     (inp,) = layer.inputs
@@ -37,9 +38,11 @@ def wide_input_parts(layer, N: int, local_depth: int) -> list[tuple[int, int]] |
         return None
     rows = min(inp.act.H, (layer.kernel[0] - 1) * layer.dilation[0] + 1)
     per_group = rows * inp.act.W  # vectors of one channel group's band
-    budget = int(local_depth * BAND_SHARE)
-    if per_group * inp.act.G <= budget:
+    # Whole, one output row of one channel group needs the band, its output row and one block
+    # of weights: a layer that fits so stays whole (the tiler makes the best of it).
+    if per_group * inp.act.G + layer.output.W + 1 + N <= local_depth:
         return None
+    budget = int(local_depth * BAND_SHARE)
     groups = budget // per_group
     if groups < 1:
         return None  # not even one channel group fits: the tiler says so, naming the layer
