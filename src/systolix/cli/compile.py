@@ -89,7 +89,16 @@ def summary_tables(summary) -> list[Table]:
     for op, (on_acc, host) in sorted(by_op.items()):
         shown = ", ".join(host[:4]) + (f", ... ({len(host)} in all)" if len(host) > 4 else "")
         where.add_row(op, str(on_acc), f"[bold yellow]{len(host)}[/]" if host else "0", shown)
-    return [mem, totals, layers, where]
+    tables = [mem, totals, layers, where]
+    if summary.host_reasons:
+        # Why each host node is not on the accelerator, in the support table's words (its limits).
+        why = Table(title="Why on the host")
+        for col in ("node", "op", "reason"):
+            why.add_column(col)
+        for node, reason in summary.host_reasons.items():
+            why.add_row(node, summary.placement_ops.get(node, ("?",))[0], reason)
+        tables.append(why)
+    return tables
 
 
 @app.command("compile")

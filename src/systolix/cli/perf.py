@@ -223,9 +223,20 @@ def bench(
     no_models: bool = typer.Option(False, "--no-models", help="Skip table 1 (the long part: compiling ResNet-50)."),
     no_zcu104: bool = typer.Option(False, "--no-zcu104", help="Skip table 2 (Tensil's ZCU104 programs and ours)."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the tables as Markdown (for the README)."),
+    zoo: bool = typer.Option(False, "--zoo", help="Instead: the zoo table (real architectures from torchvision and "
+                                                  "torch modules, random weights) on ultra96-v2; needs torch."),
+    zoo_models: list[str] = typer.Option(None, "--zoo-model", help="Only this zoo model (repeatable; with --zoo)."),
+    size: int = typer.Option(None, "--size", min=16, max=1024,
+                             help="Input size of the zoo models (default: each one's published size; with --zoo)."),
+    error_inputs: int = typer.Option(1, "--error-inputs", min=0, max=100,
+                                     help="Inputs run on the emulator against onnxruntime per zoo model (0: none)."),
 ) -> None:
     """Benchmark tables: the models and boards of Tensil's published benchmarks, and Tensil's ZCU104 programs against ours."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if zoo:
+        _bench_zoo(zoo_models, size, error_inputs, as_json, markdown)
+        return
 
     from systolix.arch import get_board
     from systolix.models import MODELS
@@ -273,6 +284,72 @@ def bench(
               f"latency model ({stamp})", _zcu104_cells(rows2), markdown)
 
 
+def _bench_zoo(names: list[str] | None, size: int | None, error_inputs: int, as_json: bool, markdown: bool) -> None:
+    """``systolix bench --zoo``: one row per zoo model, with a progress bar."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from systolix.models.torchvision_zoo import ZOO
+    from systolix.perf.bench import provenance
+    from systolix.perf.zoo import ZOO_BOARD, zoo_row
+
+    for name in names or ():
+        if name not in ZOO:
+            raise SystolixError(f"--zoo-model {name}: unknown zoo model (the zoo: {', '.join(ZOO)})")
+    chosen = list(names) if names else list(ZOO)
+    meta = provenance()
+    rows = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
+        overall = bar.add_task("zoo models", total=len(chosen))
+        step = bar.add_task("", total=None)
+
+        def progress(label: str, done: int, total: int) -> None:
+            bar.update(step, description=f"  {label}", completed=done, total=total or None)
+
+        for name in chosen:
+            rows.append(zoo_row(name, size, error_inputs=error_inputs, progress=progress))
+            bar.advance(overall)
+    if as_json:
+        print(json.dumps({**meta, "zoo": rows}))
+        return
+    sizes = "published input sizes" if size is None else f"input {size}x{size} (or the architecture's smallest)"
+    _show(f"Zoo: real architectures (random weights) compiled for ultra96v2, timed on {ZOO_BOARD} "
+          f"({sizes}; {meta['date']}, commit {meta['commit']})", _zoo_cells(rows), markdown, ZOO_CAPTION)
+
+
+ZOO_CAPTION = ("MACs: useful multiply-accumulates (Conv, ConvTranspose, Gemm, MatMul); on accelerator: their share in "
+               "nodes the accelerator runs; latency: the latency model of systolix estimate (accelerator programs only); "
+               "error: RMS over the outputs of the emulator against onnxruntime, in LSB of FP16BP8, next to the limit: "
+               "the same model in onnxruntime with every computed tensor rounded to FP16BP8 (weights exact).")
+
+
+def _zoo_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
+    """The zoo table as header, string rows and footnotes (compile errors, host nodes and why)."""
+    header = ["model", "input", "compiles", "GMACs", "on accelerator", "host ops", "ms", "fps", "error LSB", "limit LSB",
+              "compile s"]
+    cells, notes = [], []
+    for r in rows:
+        head = [r["title"], f"{r['size']}x{r['size']}"]
+        if not r["compiles"]:
+            notes.append(r["error"])
+            cells.append(head + [f"no [{len(notes)}]", f"{r['macs'] / 1e9:.3f}"] + ["-"] * 6 + [f"{r['compile_seconds']:.1f}"])
+            continue
+        host = "none"
+        if r["host"]:
+            by_op: dict[str, list[str]] = {}
+            for h in r["host"]:
+                by_op.setdefault(h["op"], []).append(f"{h['node']}: {h['reason']}")
+            notes.extend(f"{op} on the host ({len(why)}): " + "; ".join(why[:3]) + (" ..." if len(why) > 3 else "")
+                         for op, why in by_op.items())
+            host = ", ".join(f"{op} x{len(why)}" for op, why in by_op.items()) + f" [{len(notes)}]"
+        programs = f" ({r['programs']} programs)" if r.get("programs", 1) > 1 else ""
+        ms = _ms(r["latency_ms"]) + ("" if r["host_timed"] else " + host")
+        err = [f"{r['rms_lsb']:.1f}", f"{r['limit_rms_lsb']:.1f}"] if "rms_lsb" in r else ["-", "-"]
+        cells.append(head + ["yes" + programs, f"{r['macs'] / 1e9:.3f}", f"{r['accelerator_share']:.1%}", host, ms,
+                             _fps(r["fps"]) if r["host_timed"] else "-"] + err + [f"{r['compile_seconds']:.1f}"])
+    return header, cells, notes
+
+
 def _models_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
     """Table 1 as header, string rows and footnotes (why a row did not compile)."""
     header = ["model", "board", "array", "MHz", "our ms", "our fps", "published ms", "published fps", "compute bound ms",
@@ -317,7 +394,7 @@ def _zcu104_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
     return header, cells, notes
 
 
-LEFT_COLUMNS = {"model", "board", "bound by", "architecture", "strategy", "our bound"}
+LEFT_COLUMNS = {"model", "board", "bound by", "architecture", "strategy", "our bound", "compiles", "host ops"}
 
 
 def _show(title: str, table: tuple[list[str], list[list[str]], list[str]], markdown: bool, caption: str = "") -> None:

@@ -5,7 +5,7 @@
 
     Graph --place on host--> Graph --partition--> Program
     per segment: Graph --lower--> HIR --through interleaves, fold batch norms, fuse post-ops,
-                 eliminate dead layers,
+                 eliminate dead layers, split wide inputs,
                  [split long reductions, measure ranges, amplify weights, round weights:
                   calibrated compiles]--> HIR --place constants--> Plan
     Program --split constants--> Program
@@ -30,6 +30,7 @@ from systolix.hir_passes.fuse_post_ops import fuse_post_ops
 from systolix.hir_passes.measure_ranges import measure_ranges
 from systolix.hir_passes.round_weights import round_weights
 from systolix.hir_passes.split_long_reductions import split_long_reductions
+from systolix.hir_passes.split_wide_inputs import split_wide_inputs
 from systolix.hir_passes.through_interleaves import through_interleaves
 from systolix.lowering import lower
 from systolix.planning.allocators import allocate_memory
@@ -54,6 +55,7 @@ PASSES = (
     Pass("fold batch norms", fold_batch_norms, SEGMENT),
     Pass("fuse post-ops", fuse_post_ops, SEGMENT),
     Pass("eliminate dead layers", eliminate_dead_layers, SEGMENT),
+    Pass("split wide inputs", split_wide_inputs, SEGMENT),
     Pass("split long reductions", split_long_reductions, SEGMENT),
     Pass("measure ranges", measure_ranges, SEGMENT),
     Pass("amplify weights", amplify_weights, SEGMENT),
