@@ -75,6 +75,9 @@ class Softmax(OpHandler):
         if x.H * x.W != 1 or _reduced(shape, axis, opset) != x.C:
             return (f"the Tandem unit runs Softmax over the channels of a one-pixel tensor ([1, C] or [1, C, 1, 1]); "
                     f"this one is {list(shape)} over axis {axis}")
+        wide_max = 2 ** (2 * lw.data_type.width - 1 - 2 * lw.data_type.binary_point)
+        if x.C >= wide_max:
+            return f"the sum of {x.C} exponentials may reach {x.C}, past the Tandem unit's wide type (below {wide_max})"
         if interim_vectors(x.G) > lw.tandem.interim_depth:
             return (f"{x.C} channels need {interim_vectors(x.G)} vectors of the Tandem unit's interim buffer; "
                     f"it has {lw.tandem.interim_depth}")
