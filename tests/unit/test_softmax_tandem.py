@@ -2,12 +2,13 @@
 accelerator, compared with onnxruntime; without the unit it stays on the host.
 
 Error bound on each probability, against onnxruntime's float softmax of the float logits ``z``:
-the accelerator's logits ``z'`` differ by ``dz = max |z' - z|`` (measured: the same model with
+the accelerator's logits ``z'`` (the same as the model computes before its Softmax) differ by ``dz = max |z' - z|`` (measured: the same model with
 the Softmax removed, on the same architecture), and softmax moves by at most ``dz / 2`` in the
 max norm (its Jacobian ``diag(p) - p p^T`` has row sums of absolute values ``2 p_i (1 - p_i) <=
 1/2``); the unit's arithmetic adds twice the exp polynomial's relative error (numerator and sum)
 plus a few steps of its wide type (the roundings of ``t``, the shift, Newton's ``1/sum``: 8 steps
-of ``2^-16``, generous); the output's rounding to FP16BP8 adds half an LSB (``2^-9``).
+of ``2^-16``, generous); the output's rounding to FP16BP8 adds half an LSB (``2^-9``). Against
+NumPy's softmax of ``z'`` itself only the last two terms remain: that checks the unit alone.
 """
 
 from __future__ import annotations
@@ -82,6 +83,10 @@ def check_against_onnxruntime(model: onnx.ModelProto, xs: list[np.ndarray]) -> f
                           - ort_run(without_softmax(model), x).reshape(-1)).max())
         err = float(np.abs(p.reshape(-1) - ref.reshape(-1)).max())
         assert err <= HALF_LSB + dz / 2 + UNIT_ERROR, (err, dz)
+        # The unit alone: against NumPy's softmax of the accelerator's own logits.
+        z = np.asarray(next(iter(logits.run({name: x}).values())), np.float64).reshape(-1)
+        exact = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+        assert np.abs(p.reshape(-1) - exact).max() <= HALF_LSB + UNIT_ERROR
         worst = max(worst, err)
     return worst
 
