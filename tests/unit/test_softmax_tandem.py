@@ -79,14 +79,16 @@ def check_against_onnxruntime(model: onnx.ModelProto, xs: list[np.ndarray]) -> f
     for x in xs:
         p = np.asarray(compiled.run({name: x})[model.graph.output[0].name])
         ref = ort_run(model, x)
+        axis = -1 if ref.ndim != 4 else 1  # the channels, where the probabilities sum to 1
         dz = float(np.abs(np.asarray(next(iter(logits.run({name: x}).values()))).reshape(-1)
                           - ort_run(without_softmax(model), x).reshape(-1)).max())
         err = float(np.abs(p.reshape(-1) - ref.reshape(-1)).max())
         assert err <= HALF_LSB + dz / 2 + UNIT_ERROR, (err, dz)
         # The unit alone: against NumPy's softmax of the accelerator's own logits.
-        z = np.asarray(next(iter(logits.run({name: x}).values())), np.float64).reshape(-1)
-        exact = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
-        assert np.abs(p.reshape(-1) - exact).max() <= HALF_LSB + UNIT_ERROR
+        z = np.asarray(next(iter(logits.run({name: x}).values())), np.float64).reshape(ref.shape)
+        e = np.exp(z - z.max(axis=axis, keepdims=True))
+        exact = e / e.sum(axis=axis, keepdims=True)
+        assert np.abs(p.reshape(ref.shape) - exact).max() <= HALF_LSB + UNIT_ERROR
         worst = max(worst, err)
     return worst
 
@@ -123,7 +125,7 @@ def test_softmax_not_over_the_channels_goes_to_the_host_with_the_reason():
             node.attribute[0].i = -1
     compiled = compile_model(model, TANDEM)
     assert compiled.summary.host_nodes == ["softmax"]
-    assert "over the channels of a one-pixel tensor" in compiled.summary.host_reasons["softmax"]
+    assert "runs Softmax over the channel axis" in compiled.summary.host_reasons["softmax"]
     x = np.ones((1, 24), np.float32)
     np.testing.assert_allclose(np.asarray(compiled.run({"x": x})["p"]).reshape(-1), ort_run(model, x).reshape(-1), atol=0)
 
@@ -137,3 +139,38 @@ def test_estimate_shows_the_unit_busy(tmp_path, capsys):
     assert e.value.code == 0, out.err
     tandem = json.loads(out.out)["units"]["tandem"]
     assert tandem["busy_cycles"] > 3 * 14  # at least the exp loop over the 3 groups
+
+
+def per_pixel_model(kind: str, opset: int = 13) -> tuple[onnx.ModelProto, list[int]]:
+    """Softmax over the channels of every pixel: a Conv's ``[1, 20, 3, 4]`` map (axis 1), or the
+    rows of a MatMul's ``[1, 6, 37]`` tokens (the last axis)."""
+    rng = np.random.default_rng(5)
+    if kind == "map":
+        w = rng.normal(0, 0.4, (20, 5, 3, 3)).astype(np.float32)
+        nodes = [helper.make_node("Conv", ["x", "w"], ["z"], name="conv", pads=[1, 1, 1, 1]),
+                 helper.make_node("Softmax", ["z"], ["p"], name="softmax", axis=1)]
+        shape = [1, 5, 3, 4]
+    else:
+        w = rng.normal(0, 0.4, (24, 37)).astype(np.float32)
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["z"], name="matmul"),
+                 helper.make_node("Softmax", ["z"], ["p"], name="softmax", axis=-1)]
+        shape = [1, 6, 24]
+    g = helper.make_graph(nodes, kind, [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("p", onnx.TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m, shape
+
+
+@pytest.mark.parametrize("kind", ["map", "tokens"])
+def test_softmax_over_the_channels_of_every_pixel(kind):
+    model, shape = per_pixel_model(kind)
+    rng = np.random.default_rng(8)
+    check_against_onnxruntime(model, [rng.normal(0, 2, shape).astype(np.float32)])
+
+
+def test_softmax_over_channels_and_pixels_together_goes_to_the_host():
+    # Before opset 13, axis 1 of a [1, C, H, W] map takes C x H x W as one softmax.
+    model, _ = per_pixel_model("map", opset=11)
+    compiled = compile_model(model, TANDEM)
+    assert compiled.summary.host_nodes == ["softmax"]

@@ -51,11 +51,13 @@ def _op(ns: Namespace, k: int) -> TOperand:
 ACC, INTERIM, IMM = Namespace.ACC, Namespace.INTERIM, Namespace.IMM
 
 
-def softmax_program(acc: int, groups: int, channels: int, N: int, frac_bits: int, mask: int | None) -> list:
-    """Tandem instructions for softmax over ``channels`` channels in ``groups`` vectors at raw
-    accumulator address ``acc``; ``mask``: raw accumulator address of two vectors (1.0 on the
-    last group's real lanes, 0 on padding; 0 on real lanes, -128 on padding), or None when
-    ``channels`` fills every group. ``frac_bits``: the data type's (the wide type has twice)."""
+def softmax_program(acc: int, groups: int, channels: int, N: int, frac_bits: int, mask: int | None, pixels: int = 1) -> list:
+    """Tandem instructions for softmax over ``channels`` channels of each of ``pixels`` pixels,
+    group by group from raw accumulator address ``acc`` (group ``g`` of pixel ``p`` at
+    ``acc + g pixels + p``); ``mask``: raw accumulator address of two vectors (1.0 on the last
+    group's real lanes, 0 on padding; 0 on real lanes, -128 on padding), or None when
+    ``channels`` fills every group. ``frac_bits``: the data type's (the wide type has twice).
+    The pixels are a hardware loop (level 1) around the whole computation."""
     G = groups
     one = 1 << (2 * frac_bits)  # the wide type's 1.0
     wide = lambda v: int(round(v * one))  # noqa: E731
@@ -63,7 +65,8 @@ def softmax_program(acc: int, groups: int, channels: int, N: int, frac_bits: int
     MAXV, T, K, P, SUM, Y, TMP = range(G, G + 7)
     out: list = [TSync(TSyncKind.TO_UNIT)]
     # Iterators. acc.0 / interim.0 walk the groups (loop level 0); the others stay put.
-    out += [TIterBase(ACC, 0, acc), TIterStride(ACC, 0, 0, 1), TIterBase(INTERIM, 0, 0), TIterStride(INTERIM, 0, 0, 1)]
+    out += [TIterBase(ACC, 0, acc), TIterStride(ACC, 0, 0, pixels), TIterStride(ACC, 0, 1, 1), TIterBase(INTERIM, 0, 0),
+            TIterStride(INTERIM, 0, 0, 1)]
     fixed = {1: MAXV, 2: T, 3: K, 4: P, 5: SUM, 6: Y, 7: TMP, 8: G - 1, 9: 0}  # 8: the last group, 9: the first
     for k, addr in fixed.items():
         out.append(TIterBase(INTERIM, k, addr))
@@ -74,10 +77,12 @@ def softmax_program(acc: int, groups: int, channels: int, N: int, frac_bits: int
     out += [TImm(0, wide(math.log2(math.e))), TImm(1, 2 * one), TImm(2, 0), TImm(3, max(1, round(one / (G * N))))]
     out += [TImm(4 + k, c) for k, c in enumerate(coeffs)]
     log2e, two, zero, y0 = (_op(IMM, k) for k in range(4))
+    if mask is not None:
+        out += [TIterBase(ACC, 1, mask), TIterBase(ACC, 2, mask + 1)]
+    config = len(out)
     # 1. x into interim, padding masked.
     out += [TLoop(0, G, 1), TAlu(TAluOp.MOVE, xs, a)]
     if mask is not None:
-        out += [TIterBase(ACC, 1, mask), TIterBase(ACC, 2, mask + 1)]
         out += [TAlu(TAluOp.MUL, last, last, _op(ACC, 1)), TAlu(TAluOp.ADD, last, last, _op(ACC, 2))]
     # 2. The max over groups and lanes.
     out += [TAlu(TAluOp.MOVE, mx, _op(INTERIM, 9))]
@@ -97,8 +102,10 @@ def softmax_program(acc: int, groups: int, channels: int, N: int, frac_bits: int
     out += [TAlu(TAluOp.MOVE, y, y0), TLoop(0, newton_steps(G, N), 3), TAlu(TAluOp.MUL, tmp, s, y),
             TAlu(TAluOp.SUB, tmp, two, tmp), TAlu(TAluOp.MUL, y, y, tmp)]
     # 6. The probabilities, rounded once into the accumulators.
-    out += [TLoop(0, G, 1), TAlu(TAluOp.MUL, a, xs, y), TSync(TSyncKind.TO_ARRAY)]
-    return out
+    out += [TLoop(0, G, 1), TAlu(TAluOp.MUL, a, xs, y)]
+    if pixels > 1:  # the same for every pixel: acc.0 steps by 1 at level 1, the rest is scratch
+        out.insert(config, TLoop(1, pixels, len(out) - config))
+    return out + [TSync(TSyncKind.TO_ARRAY)]
 
 
 def interim_vectors(groups: int) -> int:
