@@ -38,6 +38,8 @@ class SoftmaxOp(PostOp):
     def constants(self, c):
         if self.channels % c.N == 0:
             return None
+        # The last group's mask and penalty; -128 saturates to the type's smallest value (FP8BP4: -8),
+        # still at most every real value, so the padding lanes are never above the max.
         lanes = np.arange(c.N) < self.channels % c.N
         return c.simd([c.q(np.where(lanes, 1.0, 0.0)), c.q(np.where(lanes, 0.0, -128.0))])
 
