@@ -174,3 +174,17 @@ def test_softmax_over_channels_and_pixels_together_goes_to_the_host():
     model, _ = per_pixel_model("map", opset=11)
     compiled = compile_model(model, TANDEM)
     assert compiled.summary.host_nodes == ["softmax"]
+
+
+def test_logits_also_an_output_keep_their_layer_and_the_softmax_has_its_own():
+    # The logits are read twice, so fusion leaves the Softmax as a layer of its own (a 1x1 copy
+    # through the array, then the unit): both outputs right.
+    model = gemm_softmax(37, 13)
+    model.graph.output.append(helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [1, 37]))
+    compiled = compile_model(model, TANDEM, host=False)
+    assert len(compiled.summary.layers) == 2
+    x = np.random.default_rng(2).normal(0, 2, (1, 24)).astype(np.float32)
+    out = compiled.run({"x": x})
+    z = np.asarray(out["z"], np.float64).reshape(-1)
+    exact = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    assert np.abs(np.asarray(out["p"]).reshape(-1) - exact).max() <= HALF_LSB + UNIT_ERROR
