@@ -49,7 +49,8 @@ def place_on_host(graph: Graph, ctx) -> Graph:
     start = 0
     while start < n:
         end = next((i for i in range(start, n) if i in host), n)
-        lw = Lowering(_segment_graph(graph, start, end), ctx.arch.array_size, ctx.arch.data_type, ctx.probes)
+        lw = Lowering(_segment_graph(graph, start, end), ctx.arch.array_size, ctx.arch.data_type, ctx.probes,
+                      ctx.arch.tandem)
         lw.begin()
         stop = end
         for i in range(start, end):

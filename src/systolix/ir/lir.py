@@ -165,6 +165,13 @@ class Simd(Instruction):
             f" -> {', '.join(out)}" if out else "")
 
 
+def _tandem_text(ins) -> str:
+    """A Tandem unit instruction (``systolix.isa.tandem``, passed through LIR as it is) as assembly."""
+    from systolix.isa.assembly import format_instruction
+
+    return "tandem " + format_instruction(ins)
+
+
 @dataclass(eq=False)
 class LayerRecord:
     """One entry of the layer map (its instructions ``[first, end)``) and what the compile
@@ -223,5 +230,5 @@ class LirProgram(Structural):
             if k in starts:
                 r = starts[k]
                 lines.append(f"# layer {r.name} ({'+'.join(r.ops)}): instructions {r.first}..{r.end - 1}")
-            lines.append(f"{k:7d}  {ins.text()}")
+            lines.append(f"{k:7d}  {ins.text() if isinstance(ins, Instruction) else _tandem_text(ins)}")
         return "\n".join(lines) + "\n"

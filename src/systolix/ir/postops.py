@@ -41,6 +41,8 @@ class PostOp:
     """Tiles of accumulators the operation needs (2: its tensor operand beside the tile)."""
     broadcast: ClassVar[bool] = False
     """Its tensor operand is one vector per channel group, kept beside the tile."""
+    all_groups: ClassVar[bool] = False
+    """It works across the channels of a pixel (softmax): every channel group in one tile."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

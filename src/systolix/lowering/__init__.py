@@ -25,10 +25,11 @@ def lower_node(node: Node, lw: Lowering) -> None:
     HANDLERS[node.op_type].lower(node, lw)
 
 
-def lower_graph(graph: Graph, array_size: int, data_type: DataType = DataType.FP16BP8, probes: dict | None = None) -> HirProgram:
+def lower_graph(graph: Graph, array_size: int, data_type: DataType = DataType.FP16BP8, probes: dict | None = None,
+                tandem=None) -> HirProgram:
     """Every node of ``graph`` as layers (each its own; no fusion yet); a node the support table
     refuses is a ``LoweringError`` (host placement should have moved it)."""
-    lw = Lowering(graph, array_size, data_type, probes)
+    lw = Lowering(graph, array_size, data_type, probes, tandem)
     lw.begin()
     for node in graph.nodes:
         reason = unsupported_reason(node, lw)
@@ -40,7 +41,7 @@ def lower_graph(graph: Graph, array_size: int, data_type: DataType = DataType.FP
 
 def lower(graph: Graph, ctx) -> HirProgram:
     """The pass: ``lower_graph`` for the context's architecture."""
-    return lower_graph(graph, ctx.arch.array_size, ctx.arch.data_type, ctx.probes)
+    return lower_graph(graph, ctx.arch.array_size, ctx.arch.data_type, ctx.probes, ctx.arch.tandem)
 
 
 __all__ = ["HANDLERS", "NO_IMPLEMENTATION", "Lowering", "LoweringError", "Ref", "lower", "lower_graph", "lower_node",

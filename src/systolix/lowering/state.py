@@ -61,10 +61,12 @@ def pair(v, default):
 class Lowering:
     """Lowers one graph (an accelerator segment) to layers, node by node."""
 
-    def __init__(self, graph: Graph, array_size: int, data_type: DataType = DataType.FP16BP8, probes: dict | None = None):
+    def __init__(self, graph: Graph, array_size: int, data_type: DataType = DataType.FP16BP8, probes: dict | None = None,
+                 tandem=None):
         self.g = graph
         self.N = array_size
         self.data_type = data_type
+        self.tandem = tandem  # the architecture's Tandem vector unit (a TandemConfig, docs/tandem.md), or None
         self.refs: dict[str, Ref] = {}
         self.layers: list[Layer] = []
         self.consumers = graph.consumers()

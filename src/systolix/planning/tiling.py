@@ -121,7 +121,9 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool) -> Laye
 
     def search(extra: int):
         """The most output channel groups, then the most rows, that fit with ``extra`` vectors of weights."""
-        for ng in range(min(Go, acc_avail // OW), 0, -1):
+        # A post-op across channels (softmax on the Tandem unit) needs every group in one tile.
+        lowest = Go if any(p.all_groups for p in layer.post_ops) else 1
+        for ng in range(min(Go, acc_avail // OW), lowest - 1, -1):
             for R in range(min(OH, acc_avail // (OW * ng)), 0, -1):
                 if local_need(R, ng) + extra <= local_avail:
                     return R, ng
