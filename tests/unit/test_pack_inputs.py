@@ -17,12 +17,13 @@ import pytest
 from onnx import helper
 
 import systolix
+from systolix.arch import get_board
 from systolix.artifacts import TModel
 from systolix.compiler import compile_model
 from systolix.errors import ArtifactError
 from systolix.hir_passes.pack_inputs import packable
+from systolix.ir.evaluate import run_reference
 from systolix.perf.estimate import estimate
-from systolix.arch import get_board
 from systolix.runtime.layout import pack_input, tensor_to_vectors
 from tests.error_model import output_bounds
 from tests.onnx_builders import ir_of, make_model
@@ -117,6 +118,17 @@ def test_a_packed_input_runs_batched_and_fewer_matmuls_run():
     np.testing.assert_array_equal(got[1], plain.run({"x": -feeds["x"]})["y"])
     matmuls = lambda m: int(((m.program.opcode == 1) * (m.program.size + 1)).sum())  # noqa: E731
     assert matmuls(packed) < matmuls(plain)
+
+
+@pytest.mark.needs_onnxruntime
+@pytest.mark.parametrize("k, s, p, arch", [(7, 2, 3, "ultra96v2"), (3, 1, 1, "zcu104"), (6, 2, 2, "pynqz1")])
+def test_the_packed_hir_is_exact_in_float(k, s, p, arch):
+    """The packed input and the rearranged weights, evaluated in float, are onnxruntime's result."""
+    model, feeds = stem(k, s, p)
+    hir = ir_of(model, arch, until="pack inputs")
+    assert list(hir.packs) == ["x"]
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(run_reference(hir, feeds)["y"], expected, atol=1e-4)
 
 
 def test_only_an_input_read_by_one_dense_conv_is_packed():
