@@ -26,6 +26,8 @@ MAX_VECTORS = 2**32
 MAX_PROGRAM_BYTES = 2**34
 #: Largest tensor dimension the extension may record.
 MAX_DIMENSION = 2**31
+#: Largest window, stride or pad of a packed input (``TensorPacking``).
+MAX_PACK_WINDOW = 1024
 
 
 def _file_name(value: str) -> str:
@@ -76,13 +78,40 @@ class TensorLayout(BaseModel):
     padded_channels: int = Field(ge=1, le=MAX_DIMENSION)
 
 
+class TensorPacking(BaseModel):
+    """How the driver packs a few-channel NCHW input before laying it out
+    (``docs/tmodel-extension.md``): ``packed[0, (c*BH + i)*BW + j, y, x] =
+    input[0, c, y*SH + i - PT, x*SW + j - PL]`` (zero outside), ``window`` = [BH, BW],
+    ``stride`` = [SH, SW], ``pads`` = [PT, PL], ``grid`` = [GH, GW] the packed image's size."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    kind: Literal["im2col", "space_to_depth"]
+    window: list[int] = Field(min_length=2, max_length=2)
+    stride: list[int] = Field(min_length=2, max_length=2)
+    pads: list[int] = Field(min_length=2, max_length=2)
+    grid: list[int] = Field(min_length=2, max_length=2)
+
+    @model_validator(mode="after")
+    def _ranges(self) -> "TensorPacking":
+        for what, values, low, high in (("window", self.window, 1, MAX_PACK_WINDOW),
+                                        ("stride", self.stride, 1, MAX_PACK_WINDOW),
+                                        ("pads", self.pads, 0, MAX_PACK_WINDOW), ("grid", self.grid, 1, MAX_DIMENSION)):
+            if not all(low <= v <= high for v in values):
+                raise ValueError(f"pack {what} {values}: each value must be {low} to {high}")
+        for axis in range(2):
+            if self.pads[axis] >= self.window[axis] + (self.grid[axis] - 1) * self.stride[axis]:
+                raise ValueError(f"pack pads {self.pads}: the packed image would read only padding")
+        return self
+
+
 class TensorEntry(BaseModel):
-    """An input or output's ONNX shape (batch 1) and layout."""
+    """An input or output's ONNX shape (batch 1) and layout; an input may be packed first."""
 
     model_config = ConfigDict(extra="allow", strict=True)
     name: str
     shape: list[int] | None = Field(default=None, max_length=16)
     layout: TensorLayout | None = None
+    pack: TensorPacking | None = None
 
     @field_validator("shape")
     @classmethod
@@ -91,6 +120,13 @@ class TensorEntry(BaseModel):
             if not 1 <= d <= MAX_DIMENSION:
                 raise ValueError(f"dimensions must be 1 to {MAX_DIMENSION}, got {d}")
         return shape
+
+    @model_validator(mode="after")
+    def _packed(self) -> "TensorEntry":
+        if self.pack is not None and (self.shape is None or len(self.shape) != 4 or self.shape[0] != 1):
+            raise ValueError(f"{self.name!r}: only an NCHW input of shape [1, C, H, W] can be packed, the shape is "
+                             f"{self.shape}")
+        return self
 
 
 class LayerEntry(BaseModel):
@@ -151,6 +187,9 @@ class SystolixExtension(BaseModel):
 
     @model_validator(mode="after")
     def _segments(self) -> "SystolixExtension":
+        for e in self.outputs:
+            if e.pack is not None:
+                raise ValueError(f"output {e.name!r} has a pack: only inputs are packed")
         if self.segments is None:
             return self
         if not self.segments:

@@ -54,7 +54,10 @@ class Artifacts:
 
 
 def io_entry(t: TensorPlacement) -> dict:
-    return {"name": t.name, "shape": list(t.shape), "layout": {"perm": t.perm, "padded_channels": t.padded_channels}}
+    entry = {"name": t.name, "shape": list(t.shape), "layout": {"perm": t.perm, "padded_channels": t.padded_channels}}
+    if t.pack is not None:
+        entry["pack"] = dict(t.pack)
+    return entry
 
 
 def build_artifacts(name: str, arch: Architecture, lir: LirProgram, listing: bool = False) -> Artifacts:

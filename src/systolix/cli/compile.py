@@ -118,6 +118,9 @@ def compile_command(
     no_split: bool = typer.Option(False, "--no-split",
                                   help="Fail when the constants exceed DRAM1 instead of cutting the model into programs run in a row "
                                        "(and a layer too large for DRAM1 by output channels)."),
+    no_pack_input: bool = typer.Option(False, "--no-pack-input",
+                                       help="Keep every input in the plain layout (by default a few-channel input read by one "
+                                            "conv is packed for it: space-to-depth or im2col, docs/tmodel-extension.md)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the path of the written .tmodel."),
     dump_ir: Path = typer.Option(None, "--dump-ir",
                                  help="Write the graph, HIR, plan and LIR after every pass into this directory, as text "
@@ -150,7 +153,8 @@ def compile_command(
             progress.update(task, description=f"{what} ({unit})", completed=done, total=total)
 
         compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_step,
-                                 calibration=calibrate, split=not no_split, dump_ir=dump_ir)
+                                 calibration=calibrate, split=not no_split, dump_ir=dump_ir,
+                                 pack_inputs=not no_pack_input)
     path = compiled.save(output)
     if quiet:
         console.print(str(path))

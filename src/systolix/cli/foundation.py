@@ -143,8 +143,11 @@ def info(model: Path = typer.Argument(..., help="A .tmodel manifest.")) -> None:
     where = "local memory" if m.load_consts_to_local else "DRAM1"
     for c in m.consts:
         t.add_row("constants", f"{c.file_name}: {c.size:,} vectors at {where} {c.base}")
+    packs = {e.name: e.pack for e in (m.extension.inputs if m.extension else []) if e.pack is not None}
     for s in m.inputs:
-        t.add_row("input", f"{s.name}: {s.size:,} vectors at DRAM0 {s.base}")
+        pack = packs.get(s.name)
+        how = f" ({pack.kind.replace('_', '-')} {pack.window[0]}x{pack.window[1]} packed)" if pack else ""
+        t.add_row("input", f"{s.name}: {s.size:,} vectors at DRAM0 {s.base}{how}")
     for s in m.outputs:
         t.add_row("output", f"{s.name}: {s.size:,} vectors at DRAM0 {s.base}")
     t.add_row("load_consts_to_local", str(m.load_consts_to_local).lower())

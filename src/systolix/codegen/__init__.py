@@ -22,7 +22,7 @@ def _placements(plan: Plan, acts: dict, shapes: dict) -> list[TensorPlacement]:
         if perm is None:
             perm = canonical_chw(tuple(shapes[name]))[3]
         out.append(TensorPlacement(name, tuple(int(s) for s in shapes[name]), plan.memory.place(act).base, act.vectors,
-                                   act.G * act.N, list(perm)))
+                                   act.G * act.N, list(perm), plan.hir.packs.get(name)))
     return out
 
 

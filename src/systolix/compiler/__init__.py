@@ -161,7 +161,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
                   listing: bool = False, name: str | None = None,
                   progress: Callable[[str, int, int], None] | None = None,
                   calibration: Any = None, split: bool = True, dump_ir: str | Path | None = None,
-                  ) -> CompiledModel | CompiledPartitionedModel:
+                  pack_inputs: bool = True) -> CompiledModel | CompiledPartitionedModel:
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
     ``.tarch`` path or ``Architecture``).
 
@@ -174,6 +174,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     one after another (``False``: an error instead). ``progress(what, done, total)``: ``what``
     is ``"calibrating SEGMENT"`` (float runs on the samples) or ``"scheduling SEGMENT"`` (layers).
     ``dump_ir``: a directory to write every IR after every pass into, as text (and check each).
+    ``pack_inputs``: let the driver pack a few-channel input for the conv that reads it
+    (``systolix.hir_passes.pack_inputs``; ``False``: every input in the plain layout).
     Returns a model with ``.run(inputs)``, ``.save(directory)`` and ``.summary``.
     """
     started = time.perf_counter()
@@ -187,7 +189,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         stem = Path(source).stem if not isinstance(model_or_path, (onnx.ModelProto, bytes, bytearray)) else (graph.name or "model")
         name = f"{_safe_name(stem)}_{_safe_name(str(arch.array_size))}x{arch.array_size}"
     samples = None if calibration is None else calibration_samples(calibration, graph)
-    ctx = CompileContext(arch, strategy, samples, host, split, listing, name, progress=progress, onnx_model=onnx_model)
+    ctx = CompileContext(arch, strategy, samples, host, split, listing, name, progress=progress, onnx_model=onnx_model,
+                         pack_inputs=pack_inputs)
     program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
     graph = program.graph  # (a layer too large for DRAM1 is split into several nodes)
     segments = program.segments

@@ -37,6 +37,8 @@ class CompileContext:
     catch_up: Callable[[Any], Any] | None = None
     """Set by the driver: brings the segments of a re-partitioned program as far as the passes
     before the current one (``split_constants`` cuts programs)."""
+    pack_inputs: bool = True
+    """Pack few-channel inputs for the conv that reads them (``systolix.hir_passes.pack_inputs``)."""
 
     def reporter(self, step: str) -> Callable[[int, int], None] | None:
         """``progress`` for one step of this segment (``"calibrating"``, ``"scheduling"``), or None."""

@@ -7,7 +7,7 @@
     per segment: Graph --lower--> HIR --through interleaves, fold batch norms, fuse post-ops,
                  eliminate dead layers, split wide inputs,
                  [split long reductions, measure ranges, amplify weights, round weights:
-                  calibrated compiles]--> HIR --place constants--> Plan
+                  calibrated compiles], pack inputs--> HIR --place constants--> Plan
     Program --split constants--> Program
     per segment: Plan --allocate memory, tile layers--> Plan --emit--> LIR
                  --bind memories, roll up--> LIR --encode--> Artifacts
@@ -28,6 +28,7 @@ from systolix.hir_passes.eliminate_dead_layers import eliminate_dead_layers
 from systolix.hir_passes.fold_batch_norms import fold_batch_norms
 from systolix.hir_passes.fuse_post_ops import fuse_post_ops
 from systolix.hir_passes.measure_ranges import measure_ranges
+from systolix.hir_passes.pack_inputs import pack_inputs
 from systolix.hir_passes.round_weights import round_weights
 from systolix.hir_passes.split_long_reductions import split_long_reductions
 from systolix.hir_passes.split_wide_inputs import split_wide_inputs
@@ -60,6 +61,7 @@ PASSES = (
     Pass("measure ranges", measure_ranges, SEGMENT),
     Pass("amplify weights", amplify_weights, SEGMENT),
     Pass("round weights", round_weights, SEGMENT),
+    Pass("pack inputs", pack_inputs, SEGMENT),
     Pass("place constants", place_constants, SEGMENT),
     Pass("split constants", split_constants, MODEL),
     Pass("allocate memory", allocate_memory, SEGMENT),

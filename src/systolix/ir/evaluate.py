@@ -53,6 +53,11 @@ def input_chw(hir: HirProgram, name: str, value: np.ndarray) -> np.ndarray:
     act = hir.inputs[name]
     shape = tuple(hir.input_shapes[name])
     x = np.asarray(value, np.float64).reshape(shape)
+    if name in hir.packs:  # the activation is the packed tensor, as the driver writes it
+        from systolix.runtime.layout import pack_input
+
+        x = pack_input(x, hir.packs[name])
+        shape = x.shape
     if len(shape) == 4 and name in hir.perms:
         return x[0].transpose(2, 0, 1)  # kept channels-last in DRAM
     flat = np.empty(act.C * act.P, np.float64)

@@ -327,6 +327,9 @@ class HirProgram(Structural):
     output_shapes: dict[str, tuple[int, ...]]
     perms: dict[str, list[int]] = field(default_factory=dict)
     """Inputs/outputs whose DRAM layout is not the canonical one for their shape (NHWC tensors)."""
+    packs: dict[str, dict] = field(default_factory=dict)
+    """Inputs the driver packs before laying them out (``systolix.hir_passes.pack_inputs``):
+    the activation is the packed tensor; the ``.tmodel``'s ``pack`` field as a dict."""
     gains: dict[str, np.ndarray] = field(default_factory=dict)
     """Calibrated compiles (``systolix.hir_passes.amplify``): per conv layer whose weights were
     amplified, each output channel's exponent."""
@@ -340,7 +343,9 @@ class HirProgram(Structural):
     def text(self) -> str:
         lines = [f"hir {self.name}: {len(self.layers)} layers, {self.N} lanes"]
         for name, act in self.inputs.items():
-            lines.append(f"  input {list(self.input_shapes[name])} as {act.text()}" + (" (channels-last)" if name in self.perms else ""))
+            packed = f" ({self.packs[name]['kind']} packed)" if name in self.packs else ""
+            lines.append(f"  input {list(self.input_shapes[name])} as {act.text()}" + (" (channels-last)" if name in self.perms else "")
+                         + packed)
         for name, act in self.outputs.items():
             lines.append(f"  output {list(self.output_shapes[name])} as {act.text()}" + (" (channels-last)" if name in self.perms else ""))
         for k, layer in enumerate(self.layers):

@@ -198,6 +198,7 @@ class TensorPlacement:
     vectors: int
     padded_channels: int
     perm: list[int]
+    pack: dict | None = None  # an input the driver packs first (``HirProgram.packs``)
 
 
 @dataclass(eq=False)

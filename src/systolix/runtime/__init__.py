@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from systolix.artifacts import TModel
-from systolix.runtime.layout import tensor_to_vectors, vectors_to_tensor
+from systolix.runtime.layout import pack_input, tensor_to_vectors, vectors_to_tensor
 from systolix.runtime.model import Model, ModelRun, RuntimeInputError, SaturationWarning, TensorSpec
 
-__all__ = ["Model", "ModelRun", "RuntimeInputError", "SaturationWarning", "TensorSpec", "load", "tensor_to_vectors", "vectors_to_tensor"]
+__all__ = ["Model", "ModelRun", "RuntimeInputError", "SaturationWarning", "TensorSpec", "load", "pack_input", "tensor_to_vectors", "vectors_to_tensor"]
 
 
 def load(path: str | Path):

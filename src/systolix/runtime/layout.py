@@ -86,3 +86,33 @@ def vectors_to_tensor(vectors: np.ndarray, shape: Sequence[int], layout: dict[st
     inverse = list(np.argsort(perm))
     axes = ([0] + [p + 1 for p in inverse]) if batched else inverse
     return np.ascontiguousarray(np.transpose(t, axes))
+
+
+def packed_shape(shape: Sequence[int], pack: dict[str, Any]) -> tuple[int, ...]:
+    """The shape ``[1, C*BH*BW, GH, GW]`` of an NCHW input ``shape`` once packed by ``pack``."""
+    if len(shape) != 4:
+        raise ArtifactError(f"pack: only a 4-D NCHW tensor can be packed, the shape is {list(shape)}")
+    (bh, bw), (gh, gw) = pack["window"], pack["grid"]
+    return (int(shape[0]), int(shape[1]) * int(bh) * int(bw), int(gh), int(gw))
+
+
+def pack_input(array: np.ndarray, pack: dict[str, Any]) -> np.ndarray:
+    """An NCHW input ``[1, C, H, W]`` (or ``[batch, 1, C, H, W]``) packed by ``pack``
+    (``docs/tmodel-extension.md``): ``[.., 1, C*BH*BW, GH, GW]`` with
+
+        packed[0, (c*BH + i)*BW + j, y, x] = input[0, c, y*SH + i - PT, x*SW + j - PL]
+
+    (zero where the index falls outside the input). ``im2col`` makes one packed pixel of a
+    kernel window (the conv becomes 1x1), ``space_to_depth`` of a ``stride x stride`` block.
+    """
+    a = np.asarray(array)
+    (bh, bw), (sh, sw), (pt, pl), (gh, gw) = (tuple(int(v) for v in pack[k]) for k in ("window", "stride", "pads", "grid"))
+    lead, (one, c, h, w) = a.shape[:-4], a.shape[-4:]
+    # Zero-pad so that every index y*SH + i - PT (and for x) lies inside the padded array.
+    need_h, need_w = (gh - 1) * sh + bh, (gw - 1) * sw + bw
+    pad_h, pad_w = (pt, max(0, need_h - pt - h)), (pl, max(0, need_w - pl - w))
+    padded = np.pad(a, [(0, 0)] * (a.ndim - 2) + [pad_h, pad_w])
+    taps = [padded[..., i:i + (gh - 1) * sh + 1:sh, j:j + (gw - 1) * sw + 1:sw]
+            for i in range(bh) for j in range(bw)]  # each [.., 1, C, GH, GW]
+    out = np.stack(taps, axis=-3)  # [.., 1, C, BH*BW, GH, GW]: channel (c*BH + i)*BW + j
+    return np.ascontiguousarray(out.reshape(lead + (one, c * bh * bw, gh, gw)))

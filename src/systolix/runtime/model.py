@@ -24,7 +24,7 @@ from systolix.emulator import Emulator, RunResult
 from systolix.errors import ArtifactError, SystolixError
 from systolix.isa import DecodedProgram, InstructionLayout, decode_program
 from systolix.numerics import ConversionStats, from_fixed, to_fixed
-from systolix.runtime.layout import tensor_to_vectors, vector_count, vectors_to_tensor
+from systolix.runtime.layout import pack_input, packed_shape, tensor_to_vectors, vector_count, vectors_to_tensor
 
 
 class RuntimeInputError(SystolixError):
@@ -86,21 +86,25 @@ def tensor_specs(manifest: TModel, source: str) -> tuple[list[TensorSpec], list[
                 specs.append(TensorSpec(span.name, span.base, span.size))
                 continue
             shape = tuple(entry.shape)
+            pack = entry.pack.model_dump() if entry.pack is not None else None
+            # A packed input's layout lays out the packed tensor, not the ONNX-shaped one.
+            laid_out = packed_shape(shape, pack) if pack else shape
             layout = entry.layout.model_dump() if entry.layout is not None else None
             if not layout:  # no layout recorded: the tensor as it is, its last axis padded to whole vectors
                 n = arch.array_size
-                last = shape[-1] if shape else 1
-                layout = {"perm": list(range(len(shape))), "padded_channels": max(1, -(-last // n)) * n}
+                last = laid_out[-1] if laid_out else 1
+                layout = {"perm": list(range(len(laid_out))), "padded_channels": max(1, -(-last // n)) * n}
             try:
-                need = vector_count(shape, layout, arch.array_size)
+                need = vector_count(laid_out, layout, arch.array_size)
             except ArtifactError as e:
                 raise ArtifactError(f"{source}: systolix.{what} {span.name!r}: {e}") from None
             if need != span.size:
                 raise ArtifactError(
-                    f"{source}: systolix.{what} {span.name!r}: shape {list(shape)} with its layout takes {need:,} "
+                    f"{source}: systolix.{what} {span.name!r}: shape {list(shape)}"
+                    f"{f' packed to {list(laid_out)}' if pack else ''} with its layout takes {need:,} "
                     f"vectors but the DRAM0 span has {span.size:,}"
                 )
-            specs.append(TensorSpec(span.name, span.base, span.size, shape, layout))
+            specs.append(TensorSpec(span.name, span.base, span.size, shape, layout, pack))
         result.append(specs)
     return result[0], result[1]
 
@@ -145,6 +149,8 @@ class TensorSpec:
     size: int
     shape: tuple[int, ...] | None = None
     layout: dict[str, Any] | None = None
+    pack: dict[str, Any] | None = None
+    """An input the driver packs before laying it out (``systolix.runtime.layout.pack_input``)."""
 
     @property
     def vectors_only(self) -> bool:
@@ -238,14 +244,21 @@ class Model:
             )
         shape = spec.shape
         if a.shape == shape and batch is not True:
-            return tensor_to_vectors(a[None], spec.layout, n).astype(np.float32), False
+            return self._lay_out(spec, a[None]), False
         if a.ndim == len(shape) + 1 and a.shape[1:] == shape and batch is not False:
             _nonempty(spec.name, a)
-            return tensor_to_vectors(a, spec.layout, n).astype(np.float32), True
+            return self._lay_out(spec, a), True
         raise RuntimeInputError(
             f"input {spec.name!r}: expected shape {list(shape)} (or [batch, {', '.join(map(str, shape))}]), "
             f"got {list(a.shape)}"
         )
+
+    def _lay_out(self, spec: TensorSpec, batch: np.ndarray) -> np.ndarray:
+        """A batch ``[batch, *shape]`` as float vectors ``[batch, n, N]``: packed first if the
+        manifest says so (the same values, so the same conversions to fixed point)."""
+        if spec.pack is not None:
+            batch = pack_input(batch, spec.pack)
+        return tensor_to_vectors(batch, spec.layout, self.arch.array_size).astype(np.float32)
 
     def _collect(self, inputs: Any) -> dict[str, Any]:
         names = [s.name for s in self.inputs]
