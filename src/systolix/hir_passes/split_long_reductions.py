@@ -100,5 +100,5 @@ def _parts(layer: ConvLayer, parts: list[tuple[int, int]], N: int) -> list[ConvL
             post = []
         result.append(dataclasses.replace(
             layer, name=name, inputs=[ConvInput(piece, weights=inp.weights[:, c0:c1])], output=target, bias=no_bias,
-            post_ops=post, ops=list(layer.ops), nodes=list(layer.nodes), macs=macs))
+            post_ops=post, ops=list(layer.ops), nodes=list(layer.nodes), macs=macs, statistics=None))
     return result
