@@ -133,7 +133,10 @@ def test_classifier_matches_onnxruntime(name, arch, capsys):
     assert agree >= 0.99 * decided, f"plain: same class on {agree} of {decided} clear-cut inputs"
     assert raw >= RAW_AGREEMENT, f"plain: same class on {raw:.1%} of all inputs"
     assert cal_raw >= max(raw, CALIBRATED_AGREEMENT), f"calibrated: same class on {cal_raw:.1%} of all inputs (plain {raw:.1%})"
-    assert cal_err * 2 < plain_err, f"calibration should at least halve the error: {cal_err:.4f} vs {plain_err:.4f}"
+    # Plain compiles amplify too, from ranges estimated without samples (estimate_ranges): the
+    # samples' ranges are tighter (measured: 1.5 to 1.9x less error, where it was 4 to 5x
+    # against unamplified plain compiles).
+    assert cal_err * 1.2 < plain_err, f"calibration should cut the error: {cal_err:.4f} vs {plain_err:.4f}"
 
 
 @pytest.mark.slow

@@ -15,8 +15,9 @@ How large ``k_c`` can be depends on the sums the accumulators reach, which only 
 ``measure_ranges`` runs the IR in float (``systolix.ir.evaluate``) on sample inputs and keeps,
 per layer and output channel, the largest partial or final sum (of 32 samples: see
 ``REFERENCE_SAMPLES``); ``amplify_weights`` picks the
-largest ``k_c`` that keeps it a margin below saturation (other inputs may reach further). Without calibration data nothing is amplified and the program is what Tensil's
-compiler would make of the layers.
+largest ``k_c`` that keeps it a margin below saturation (other inputs may reach further).
+Without calibration data ``estimate_ranges`` estimates the ranges from the model itself (its
+batch-norm statistics and weights), margins included.
 
 An average pool sums its window with weights ``2^-shift`` and scales the sum to the mean with its
 own multiplies (``ConvLayer.scaling_ops``), so its accumulators hold 4 to 8x the mean: a mean past
