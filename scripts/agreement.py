@@ -72,6 +72,7 @@ def main() -> None:
     parser.add_argument("--model", action="append", choices=CLASSIFIERS + LARGE_CLASSIFIERS + OTHERS)
     parser.add_argument("--arch", action="append", choices=ARCHS)
     parser.add_argument("--plain", action="store_true", help="also compile without calibration data")
+    parser.add_argument("--only-plain", action="store_true", help="compile without calibration data only")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a builder option for the models, e.g. branch_scale=1.0 (a number)")
     args = parser.parse_args()
@@ -110,7 +111,8 @@ def main() -> None:
         limit = _add_row(table, name, "", "onnxruntime, every tensor rounded", floor, ref, margin,
                          np.zeros(len(items), bool))
         for arch in args.arch or ARCHS:
-            for label, samples in ([("plain", None)] if args.plain else []) + [("calibrated", calibration)]:
+            compiles = [("plain", None)] if args.plain or args.only_plain else []
+            for label, samples in compiles + ([] if args.only_plain else [("calibrated", calibration)]):
                 started = time.perf_counter()
                 with console.status(f"{name} on {arch}, {label}"):
                     compiled = compile_model(model, arch, calibration=samples)

@@ -6,8 +6,8 @@
     Graph --place on host--> Graph --partition--> Program
     per segment: Graph --lower--> HIR --through interleaves, fold batch norms, fuse post-ops,
                  eliminate dead layers,
-                 [split long reductions: calibrated compiles], measure ranges (calibrated) or
-                 estimate ranges (plain), amplify weights, [round weights: calibrated]
+                 split long reductions, measure ranges (calibrated) or estimate ranges (plain),
+                 amplify weights, [round weights: calibrated]
                  --> HIR --place constants--> Plan
     Program --split constants--> Program
     per segment: Plan --allocate memory, tile layers--> Plan --emit--> LIR
