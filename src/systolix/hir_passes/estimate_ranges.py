@@ -11,7 +11,8 @@ by the pixels of each channel (``PIXEL_CORRELATION``, as an image's brightness i
 average pool's mean varies as much as an image's would. Where a layer has batch-norm statistics,
 its synthetic sums are moved and scaled per channel to them before its post-ops run, so the
 estimate follows the model's own statistics wherever it states them (an input distribution
-unlike the synthetic one is corrected at the first batch norm). A channel's range is its mean plus
+unlike the synthetic one is corrected at the first batch norm; the inputs of a program after a
+host op are taken as the model's are). A channel's range is its mean plus
 ``SIGMAS`` standard deviations (the statistics', or the synthetic sums'), times as much further
 as its partial sums went (an average pool's, before its scaling): what ``amplify_weights`` keeps
 below saturation.
