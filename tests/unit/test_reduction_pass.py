@@ -70,7 +70,7 @@ def test_parts_compute_the_same_function_in_float(N):
     assert len(after.layers) == 5  # 256 channels a part: 4 whole and 76 left
     float_arch = ARCH.model_copy(update={"data_type": DataType.FLOAT32})
     assert split_long_reductions(before, CompileContext(float_arch, samples=[{}])).layers == before.layers  # nothing to gain
-    assert split_long_reductions(before, CompileContext(ARCH)) is before  # uncalibrated: nothing measured to gain
+    assert same(split_long_reductions(before, CompileContext(ARCH)), after)  # plain compiles too (estimated gains)
     x = {"x": np.random.default_rng(1).normal(size=(1, 1100)).astype(np.float32)}
     np.testing.assert_allclose(run_reference(after, x)["y"], run_reference(before, x)["y"], rtol=1e-12, atol=1e-12)
 
