@@ -24,11 +24,14 @@ def test_each_node_becomes_its_own_layer():
     y = Activation("y", 17, 7, 6, N, order="pixel")
     s = (p["scale"].astype(np.float64) / np.sqrt(p["var"].astype(np.float64) + 1e-3))
     t = p["beta"].astype(np.float64) - p["mean"].astype(np.float64) * s
+    # The batch norm's output over the data its statistics describe: mean beta, spread
+    # scale * sqrt(var / (var + eps)) (estimate_ranges sizes gains from them).
+    spread = (p["scale"] * np.sqrt(p["var"].astype(np.float64) / (p["var"] + 1e-3))).astype(np.float32)
     expected = HirProgram("test", N, [
         ConvLayer("conv", [ConvInput(x, weights=p["w"])], c, p["b"], (3, 3), pads=(1, 1, 1, 1), ops=["Conv"], nodes=["conv"],
                   macs=17 * 7 * 6 * 5 * 9),
         ConvLayer("bn", [ConvInput(c, diagonal=s.astype(np.float32).reshape(17, 1, 1))], n, t.astype(np.float32), (1, 1),
-                  ops=["BatchNormalization"], nodes=["bn"], foldable=True),
+                  ops=["BatchNormalization"], nodes=["bn"], foldable=True, statistics=(p["beta"], spread)),
         ConvLayer("relu", [ConvInput(n, diagonal=np.ones((17, 1, 1), np.float32))], y, np.zeros(17, np.float32), (1, 1),
                   post_ops=[Relu(node="relu")], ops=["Relu"], nodes=["relu"]),
     ], {"x": x}, {"y": y}, {"x": (1, 5, 7, 6)}, {"y": (1, 17, 7, 6)})

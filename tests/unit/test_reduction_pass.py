@@ -70,7 +70,8 @@ def test_parts_compute_the_same_function_in_float(N):
     assert len(after.layers) == 5  # 256 channels a part: 4 whole and 76 left
     float_arch = ARCH.model_copy(update={"data_type": DataType.FLOAT32})
     assert split_long_reductions(before, CompileContext(float_arch, samples=[{}])).layers == before.layers  # nothing to gain
-    assert split_long_reductions(before, CompileContext(ARCH)) is before  # uncalibrated: nothing measured to gain
+    assert split_long_reductions(before, CompileContext(ARCH)) is before  # no gains: nothing to gain
+    assert same(split_long_reductions(before, CompileContext(ARCH, estimate_gains=True)), after)  # estimated gains
     x = {"x": np.random.default_rng(1).normal(size=(1, 1100)).astype(np.float32)}
     np.testing.assert_allclose(run_reference(after, x)["y"], run_reference(before, x)["y"], rtol=1e-12, atol=1e-12)
 
@@ -130,6 +131,9 @@ def test_a_calibrated_head_in_parts_has_less_error_on_the_emulator(monkeypatch):
     assert err_parts * 1.5 < err_whole, (err_parts, err_whole)
 
 
-def test_uncalibrated_compiles_keep_reductions_whole():
+def test_plain_compiles_split_long_reductions_with_estimated_gains():
+    # Their gains come from estimated ranges (estimate_ranges): the parts' are larger as well.
+    # Without gains the parts would only cost.
     m, _, _ = _head()
+    assert len(layers(compile_model(m, ARCH, estimate_gains=True))) == 8
     assert len(layers(compile_model(m, ARCH))) == 1

@@ -59,12 +59,16 @@ def summary_tables(summary) -> list[Table]:
                                             f"(calibrated on {summary.calibration_samples} samples)")
         totals.add_row("rounded weights", f"{len(summary.rounded)} of {summary.conv_layers} conv layers rounded to fit the "
                                           "samples (GPTQ), the rest to nearest")
+    elif summary.gains:
+        exps = [int(k) for g in summary.gains.values() for k in g]
+        totals.add_row("amplified weights", f"{len(summary.gains)} of {summary.conv_layers} conv layers, gains 2^{min(exps)} to "
+                                            f"2^{max(exps)} (estimated from the model itself: --estimate-gains)")
     else:
-        totals.add_row("amplified weights", "none (no calibration data: --calibrate)")
+        totals.add_row("amplified weights", "none (no calibration data: --calibrate, or --estimate-gains)")
     totals.add_row("compile time", f"{summary.seconds:.2f} s")
 
     layers = Table(title="Layers")
-    columns = ["#", "layer", "ops", "instructions", "stages", "partitions", "MACs"] + (["gain"] if summary.calibration_samples else [])
+    columns = ["#", "layer", "ops", "instructions", "stages", "partitions", "MACs"] + (["gain"] if summary.calibration_samples or summary.gains else [])
     for col in columns:
         layers.add_column(col, justify="left" if col in ("layer", "ops") else "right")
     for k, r in enumerate(summary.layers):
@@ -118,6 +122,10 @@ def compile_command(
     no_split: bool = typer.Option(False, "--no-split",
                                   help="Fail when the constants exceed DRAM1 instead of cutting the model into programs run in a row "
                                        "(and a layer too large for DRAM1 by output channels)."),
+    estimate_gains: bool = typer.Option(False, "--estimate-gains",
+                                        help="Without calibration data, amplify each layer's weights by gains sized from ranges "
+                                             "estimated from the model itself (its batch-norm statistics and float runs on "
+                                             "synthetic inputs); compiles take several times longer."),
     no_pack_input: bool = typer.Option(False, "--no-pack-input",
                                        help="Keep every input in the plain layout (by default a few-channel input read by one "
                                             "conv is packed for it: space-to-depth or im2col, docs/tmodel-extension.md)."),
@@ -154,7 +162,7 @@ def compile_command(
 
         compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_step,
                                  calibration=calibrate, split=not no_split, dump_ir=dump_ir,
-                                 pack_inputs=not no_pack_input)
+                                 pack_inputs=not no_pack_input, estimate_gains=estimate_gains)
     path = compiled.save(output)
     if quiet:
         console.print(str(path))

@@ -6,6 +6,7 @@
     Graph --place on host--> Graph --partition--> Program
     per segment: Graph --lower--> HIR --through interleaves, fold batch norms, fuse post-ops,
                  eliminate dead layers, split wide inputs,
+                 [split long reductions, estimate ranges: plain compiles with estimated gains]
                  [split long reductions, measure ranges, amplify weights, round weights:
                   calibrated compiles], pack inputs--> HIR --place constants--> Plan
     Program --split constants--> Program
@@ -25,6 +26,7 @@ from systolix.compiler.placement import place_on_host
 from systolix.compiler.segments import partition_graph, split_constants
 from systolix.hir_passes.amplify_weights import amplify_weights
 from systolix.hir_passes.eliminate_dead_layers import eliminate_dead_layers
+from systolix.hir_passes.estimate_ranges import estimate_ranges
 from systolix.hir_passes.fold_batch_norms import fold_batch_norms
 from systolix.hir_passes.fuse_post_ops import fuse_post_ops
 from systolix.hir_passes.measure_ranges import measure_ranges
@@ -59,6 +61,7 @@ PASSES = (
     Pass("split wide inputs", split_wide_inputs, SEGMENT),
     Pass("split long reductions", split_long_reductions, SEGMENT),
     Pass("measure ranges", measure_ranges, SEGMENT),
+    Pass("estimate ranges", estimate_ranges, SEGMENT),
     Pass("amplify weights", amplify_weights, SEGMENT),
     Pass("round weights", round_weights, SEGMENT),
     Pass("pack inputs", pack_inputs, SEGMENT),

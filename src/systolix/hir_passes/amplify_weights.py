@@ -15,8 +15,9 @@ How large ``k_c`` can be depends on the sums the accumulators reach, which only 
 ``measure_ranges`` runs the IR in float (``systolix.ir.evaluate``) on sample inputs and keeps,
 per layer and output channel, the largest partial or final sum (of 32 samples: see
 ``REFERENCE_SAMPLES``); ``amplify_weights`` picks the
-largest ``k_c`` that keeps it a margin below saturation (other inputs may reach further). Without calibration data nothing is amplified and the program is what Tensil's
-compiler would make of the layers.
+largest ``k_c`` that keeps it a margin below saturation (other inputs may reach further).
+Without calibration data ``estimate_ranges`` estimates the ranges from the model itself (its
+batch-norm statistics and weights), margins included.
 
 An average pool sums its window with weights ``2^-shift`` and scales the sum to the mean with its
 own multiplies (``ConvLayer.scaling_ops``), so its accumulators hold 4 to 8x the mean: a mean past
@@ -55,15 +56,21 @@ CHANNEL_HEADROOM = 2.5
 # Fewer values than this behind a channel's peak, and the peak is a poor guide to the tail.
 FEW_OBSERVATIONS = 1024
 GAIN_NODE = "calibrated gain"
+# Estimated ranges (``estimate_ranges``, plain compiles) carry their margins; a channel's range
+# counts only down to this fraction of its layer's largest.
+ESTIMATED_LAYER_FLOOR = 0.0
 
 
 def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.ndarray:
     """``k_c`` per output channel: as large as the calibrated sums and the amplified weights
     allow, at most the binary point (``2^-bp`` is the type's smallest step)."""
     top = dtype.binary_point
-    expected = np.maximum(seen.peak * CHANNEL_HEADROOM, float(np.max(seen.peak, initial=0.0)) * LAYER_HEADROOM)
+    if seen.estimated:
+        expected = np.maximum(seen.peak, float(np.max(seen.peak, initial=0.0)) * ESTIMATED_LAYER_FLOOR)
+    else:
+        expected = np.maximum(seen.peak * CHANNEL_HEADROOM, float(np.max(seen.peak, initial=0.0)) * LAYER_HEADROOM)
 
-    if seen.observations < FEW_OBSERVATIONS and all(inp.weights is None for inp in layer.inputs):
+    if not seen.estimated and seen.observations < FEW_OBSERVATIONS and all(inp.weights is None for inp in layer.inputs):
         # A global pool: one value per sample and channel, with a heavy tail (on ResNet-20 one
         # channel went 3.4x past the largest of all channels over 16 samples): assume 4x more,
         # as far as the bound from its few taps and its input's range allows.

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from systolix.hir_passes.uses import Uses
 from systolix.ir.hir import ConvLayer, HirProgram
 
@@ -26,10 +28,20 @@ def fold_batch_norms(hir: HirProgram, ctx=None) -> HirProgram:
                 scale = layer.inputs[0].diagonal[:, 0, 0]
                 folded = dataclasses.replace(
                     target, inputs=[inp.scaled(scale) for inp in target.inputs], bias=target.bias * scale + layer.bias,
-                    output=layer.output, ops=target.ops + layer.ops, nodes=target.nodes + layer.nodes)
+                    output=layer.output, ops=target.ops + layer.ops, nodes=target.nodes + layer.nodes,
+                    statistics=_statistics(target, layer, scale))
                 layers[next(k for k, other in enumerate(layers) if other is target)] = folded
                 uses.produced(folded)
                 continue
         layers.append(layer)
         uses.produced(layer)
     return dataclasses.replace(hir, layers=layers)
+
+
+def _statistics(target: ConvLayer, affine: ConvLayer, scale):
+    """The folded layer's sum statistics (``ConvLayer.statistics``): the batch norm's own, or
+    the target's carried through a constant affine map."""
+    if affine.statistics is not None or target.statistics is None:
+        return affine.statistics
+    mean, std = target.statistics
+    return (mean * scale + affine.bias).astype(np.float32), (std * np.abs(scale)).astype(np.float32)

@@ -40,6 +40,8 @@ class LayerRange:
     gram: np.ndarray | None = None  # its inputs' sum of x x^T (``round_weights``)
     largest: np.ndarray | None = None  # per output channel, the largest over every sample (the
     # peak when there are no more than REFERENCE_SAMPLES)
+    estimated: bool = False  # from the model itself, not samples (``estimate_ranges``): ``peak``
+    # is the range to keep below saturation, margins included
 
 
 def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: DataType | None = None,

@@ -57,7 +57,7 @@ def through_interleaves(hir: HirProgram, ctx=None) -> HirProgram:
                 if how == "fold":
                     scale = f.inputs[0].diagonal[:, 0, 0]
                     layers[j] = dataclasses.replace(p, inputs=[i.scaled(scale) for i in p.inputs], bias=p.bias * scale + f.bias,
-                                                    ops=p.ops + f.ops, nodes=p.nodes + f.nodes)
+                                                    ops=p.ops + f.ops, nodes=p.nodes + f.nodes, statistics=f.statistics)
                 else:
                     layers[j] = dataclasses.replace(p, post_ops=p.post_ops + [copy.copy(op) for op in f.post_ops],
                                                     ops=p.ops + f.ops, nodes=p.nodes + f.nodes)

@@ -136,28 +136,32 @@ def evaluate(hir: HirProgram, inputs: dict[str, np.ndarray]) -> Evaluation:
     for name, act in hir.inputs.items():
         ev.write(act, input_chw(hir, name, inputs[name]))
     for index, layer in enumerate(hir.layers):
-        if isinstance(layer, ConvLayer):
-            value = _conv(ev, layer, index)
-        elif isinstance(layer, MaxPoolLayer):
-            value = _maxpool(ev, layer)
-        elif isinstance(layer, RemapLayer):
-            x = ev.read(layer.input)
-            rows, cols = layer.source[..., 0], layer.source[..., 1]
-            if layer.group_offset is None:
-                value = x[:, rows, cols]
-            else:
-                channels = np.arange(layer.output.C)[:, None, None] + layer.output.N * layer.group_offset[None]
-                value = x[channels, rows[None], cols[None]]
-        elif isinstance(layer, PixelMixLayer):
-            x = ev.read(layer.input).reshape(layer.input.C, -1)
-            value = np.zeros((layer.output.C, layer.output.P))
-            np.add.at(value.T, layer.out_pixel, (x[:, layer.in_pixel] * layer.coefficient).T)
-        elif isinstance(layer, ShuffleLayer):
-            value = ev.read(layer.input).reshape(-1)[layer.source]
-        else:  # pragma: no cover
-            raise TypeError(f"unknown layer {layer!r}")
-        ev.write(layer.output, value)
+        ev.write(layer.output, run_layer(ev, layer, index))
     return ev
+
+
+def run_layer(ev: Evaluation, layer, index: int) -> np.ndarray:
+    """One layer's output (``[C, H, W]``) from the tensors in ``ev``; a conv layer's accumulator
+    range goes to ``ev.accumulator_max[index]``."""
+    if isinstance(layer, ConvLayer):
+        return _conv(ev, layer, index)
+    if isinstance(layer, MaxPoolLayer):
+        return _maxpool(ev, layer)
+    if isinstance(layer, RemapLayer):
+        x = ev.read(layer.input)
+        rows, cols = layer.source[..., 0], layer.source[..., 1]
+        if layer.group_offset is None:
+            return x[:, rows, cols]
+        channels = np.arange(layer.output.C)[:, None, None] + layer.output.N * layer.group_offset[None]
+        return x[channels, rows[None], cols[None]]
+    if isinstance(layer, PixelMixLayer):
+        x = ev.read(layer.input).reshape(layer.input.C, -1)
+        value = np.zeros((layer.output.C, layer.output.P))
+        np.add.at(value.T, layer.out_pixel, (x[:, layer.in_pixel] * layer.coefficient).T)
+        return value
+    if isinstance(layer, ShuffleLayer):
+        return ev.read(layer.input).reshape(-1)[layer.source]
+    raise TypeError(f"unknown layer {layer!r}")  # pragma: no cover
 
 
 def run_reference(hir: HirProgram, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

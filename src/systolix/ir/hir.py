@@ -154,6 +154,10 @@ class ConvLayer(Layer):
     pool's 1/count); a calibrated gain is undone after them, not before.
     ``foldable``: the layer is an element-wise ``x * scale + shift`` per channel (a batch norm, an
     op with a constant) that ``fold_batch_norms`` may fold into the layer computing ``x``.
+    ``statistics``: per output channel, the mean and standard deviation of the layer's sum
+    (before its post-ops) that the model's own batch-norm statistics imply (a batch norm's output
+    is ``beta`` plus ``gamma`` times its normalised input), kept when the batch norm folds;
+    ``estimate_ranges`` sizes the layer's gains from them.
     """
 
     name: str
@@ -171,6 +175,7 @@ class ConvLayer(Layer):
     scaling_ops: int = 0
     open: bool = True
     foldable: bool = False
+    statistics: tuple[np.ndarray, np.ndarray] | None = None
 
     kind = "conv"
 
@@ -195,6 +200,9 @@ class ConvLayer(Layer):
             geometry += ", closed"
         if self.foldable:
             geometry += ", foldable"
+        if self.statistics is not None:
+            mean, std = self.statistics
+            geometry += f", batch-norm statistics: mean {describe_array(mean)}, std {describe_array(std)}"
         lines = [geometry]
         for inp in self.inputs:
             kind = "dense" if inp.weights is not None else "per-channel"

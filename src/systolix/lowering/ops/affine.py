@@ -30,8 +30,10 @@ def affine_reason(node, lw, x_index: int) -> str | None:
     return None
 
 
-def affine(node, lw, x_index: int, scale: np.ndarray, shift: np.ndarray, op: str) -> None:
-    """``y = x * scale + shift`` per channel: a 1x1 per-channel layer."""
+def affine(node, lw, x_index: int, scale: np.ndarray, shift: np.ndarray, op: str,
+           statistics: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    """``y = x * scale + shift`` per channel: a 1x1 per-channel layer (``statistics``: its
+    output's mean and standard deviation per channel, when the model states them)."""
     name = node.inputs[x_index]
     r = lw.ref(node, x_index)
     if not r.canonical:
@@ -40,7 +42,7 @@ def affine(node, lw, x_index: int, scale: np.ndarray, shift: np.ndarray, op: str
     w = np.asarray(scale, np.float32).reshape(act.C, 1, 1)
     out = lw.new_act(node.outputs[0], act.C, act.H, act.W)
     lw.add(ConvLayer(node.name, [ConvInput(act, diagonal=w)], out, shift.astype(np.float32), (1, 1), ops=[op], nodes=[node.name],
-                     foldable=True), node.outputs[0])
+                     foldable=True, statistics=statistics), node.outputs[0])
 
 
 @handles("BatchNormalization")
@@ -65,7 +67,10 @@ class BatchNormalization(OpHandler):
         eps = float(node.attr("epsilon", 1e-5))
         s = scale / np.sqrt(var + eps)
         t = bias - mean * s
-        affine(node, lw, 0, s.astype(np.float32), t.astype(np.float32), "BatchNormalization")
+        # Over the data the statistics were taken on, the output has mean ``bias`` and standard
+        # deviation ``|scale| sqrt(var / (var + eps))``.
+        statistics = (bias.astype(np.float32), (np.abs(scale) * np.sqrt(var / (var + eps))).astype(np.float32))
+        affine(node, lw, 0, s.astype(np.float32), t.astype(np.float32), "BatchNormalization", statistics)
 
 
 def _tensors_plan(node, lw, kind: str):
