@@ -164,13 +164,13 @@ def html_report(report: AccuracyReport) -> str:
     rows, classes = [], []
     for layer in report.layers:
         added = _ratio(layer.added, layer.added_limit)
-        rows.append([layer.index, layer.name, "+".join(layer.ops), "x".join(map(str, layer.shape)),
+        rows.append([layer.index, layer.name, "+".join(layer.ops), layer.tensor, "x".join(map(str, layer.shape)),
                      _fmt(layer.ours), _fmt(layer.ours, "max"), _fmt(layer.limit), _fmt(layer.limit, "max"),
                      f"x{_ratio(layer.ours, layer.limit):.1f}" if _ratio(layer.ours, layer.limit) else "-",
                      _fmt(layer.added), _fmt(layer.added_limit), f"x{added:.1f}" if added else "-",
                      f"{layer.saturated:,}" + (f" ({layer.float_beyond:,} in float)" if layer.float_beyond else "")])
         classes.append("enters" if added is not None and added >= ENTERS else ("sat" if layer.saturated else ""))
-    layer_table = _table(rows, ["#", "layer", "ops", "shape", "ours RMS", "ours max", "limit RMS", "limit max",
+    layer_table = _table(rows, ["#", "layer", "ops", "output tensor", "shape", "ours RMS", "ours max", "limit RMS", "limit max",
                                 "ours / limit", "alone: ours RMS", "alone: limit RMS", "alone: ours / limit",
                                 "saturated values"], classes)
     figures = []
@@ -208,7 +208,7 @@ where error enters; in <span class='sat'>yellow</span>: some output values sit a
 body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1500px; }}
 table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }}
 td, th {{ border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: right; }}
-td:nth-child(2), td:nth-child(3), td:first-child, th:first-child {{ text-align: left; }}
+td:nth-child(2), td:nth-child(3), td:nth-child(4), td:first-child, th:first-child {{ text-align: left; }}
 tr.enters td, span.enters {{ background: #fde0dc; }}
 tr.sat td, span.sat {{ background: #fff3c4; }}
 img {{ max-width: 100%; }}
