@@ -20,7 +20,8 @@ def _tables(report) -> list[Table]:
     outputs = Table(title=f"{report.model} on {report.arch} ({kind}), {report.inputs} inputs: outputs' error (LSB)")
     for col in ["output", "ours RMS", "ours max", "limit RMS", "limit max", "ours / limit", "same class: ours",
                 "same class: limit"]:
-        outputs.add_column(col, justify="left" if col == "output" else "right")
+        outputs.add_column(col, justify="left" if col == "output" else "right",
+                           overflow="fold" if col == "output" else "ellipsis")
     for o in report.outputs:
         ratio = o.ours.rms / o.limit.rms if o.limit.rms else None
         outputs.add_row(o.name, f"{o.ours.rms:.2f}", f"{o.ours.max:.1f}", f"{o.limit.rms:.2f}", f"{o.limit.max:.1f}",
@@ -31,9 +32,12 @@ def _tables(report) -> list[Table]:
     if report.layers:
         layers = Table(title="Per layer (LSB): accumulated, and the layer alone on float inputs "
                              f"(bold: alone {ENTERS:g}x the limit or more)")
-        for col in ["#", "layer", "ops", "ours RMS", "limit RMS", "ours max", "alone: ours RMS", "alone: limit RMS",
-                    "saturated"]:
-            layers.add_column(col, justify="left" if col in ("layer", "ops") else "right")
+        longest = max(len(layer.name) for layer in report.layers)
+        for col in ["#", "layer", "ops", "RMS", "limit RMS", "max", "alone RMS", "alone limit", "saturated"]:
+            # a layer's name is never cut: the user looks it up in the model
+            layers.add_column(col, justify="left" if col in ("layer", "ops") else "right",
+                              min_width=min(longest, 48) if col == "layer" else None,
+                              overflow="fold" if col in ("layer", "ops") else "ellipsis")
         for layer in report.layers:
             enters = (layer.added is not None and layer.added_limit is not None and layer.added_limit.rms > 0
                       and layer.added.rms >= ENTERS * layer.added_limit.rms)
