@@ -188,15 +188,12 @@ def run_compiled(compiled, items: list[dict], progress: Progress | None = None,
         feeds = {key: np.stack([it[key] for it in part]) for key in part[0]}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SaturationWarning)
-            detail = compiled.run_detailed(feeds, batch=True, threads=2)
-        for name, value in detail.outputs.items():
+            # run_counting: a model partitioned between accelerator and host has it too
+            values, counts = compiled.run_counting(feeds, batch=True, threads=2)
+        for name, value in values.items():
             outputs.setdefault(name, []).append(np.asarray(value))
-        counts = getattr(detail, "result", None)
-        if counts is not None:
-            per_item.append(counts.saturations_per_item.sum(axis=1))
-            events += int(counts.saturation_total)
-        else:  # a partitioned model: its accelerator segments' counts are not collected per item
-            per_item.append(np.zeros(len(part), np.int64))
+        per_item.append(np.asarray(counts, np.int64))
+        events += int(np.sum(counts))
         if progress:
             progress(what, min(first + CHUNK, len(items)), len(items))
     return {k: np.concatenate(v) for k, v in outputs.items()}, np.concatenate(per_item), events
