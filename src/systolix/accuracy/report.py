@@ -199,14 +199,15 @@ layer adds, without what it inherits. The limit's columns do the same with every
 and every product exact. Rows in <span class='enters'>red</span>: the layer alone errs {ENTERS:g} times or more what the limit does,
 where error enters; in <span class='sat'>yellow</span>: some output values sit at the range's ends (saturated).</p>
 {overview}
-{layer_table}
+<div class='layers'>{layer_table}</div>
 <h2>Error histograms per layer</h2>
 <div class='grid'>{per_layer}</div>""" if report.layers else "<p>No per-layer figures (outputs only).</p>"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(report.model)}: accuracy on {html.escape(report.arch)}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1500px; }}
-table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }}
+table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.8em; }}
+.layers td:nth-child(2), .layers td:nth-child(4) {{ max-width: 18em; overflow-wrap: anywhere; }}
 td, th {{ border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: right; }}
 td:nth-child(2), td:nth-child(3), td:nth-child(4), td:first-child, th:first-child {{ text-align: left; }}
 tr.enters td, span.enters {{ background: #fde0dc; }}
