@@ -91,7 +91,9 @@ def main() -> None:
                       _pct(first.limit_agreement), _pct(first.agreement), _pct(cal_first.agreement),
                       f"{time.perf_counter() - t0:.0f}")
         console.print(f"{name}: limit {limit:.2f}, plain {plain.rms:.2f} (x{ratio_plain:.2f}), calibrated "
-                      f"{calibrated.rms:.2f} (x{ratio_cal:.2f}), {time.perf_counter() - t0:.0f} s", highlight=False)
+                      f"{calibrated.rms:.2f} (x{ratio_cal:.2f}), same class {_pct(first.limit_agreement)} / "
+                      f"{_pct(first.agreement)} / {_pct(cal_first.agreement)}, {time.perf_counter() - t0:.0f} s",
+                      highlight=False)
     console.print(table)
     plain_ok = sum(p for p, _ in met)
     cal_ok = sum(c for _, c in met)
