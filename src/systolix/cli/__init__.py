@@ -27,7 +27,7 @@ app = typer.Typer(
 from systolix.cli import foundation  # noqa: E402,F401
 from systolix.cli import demo  # noqa: E402,F401
 
-for _optional in ("run", "compile", "perf", "rtl"):
+for _optional in ("run", "compile", "perf", "rtl", "accuracy"):
     try:
         __import__(f"systolix.cli.{_optional}")
     except ModuleNotFoundError as e:  # an area not built yet has no module
