@@ -68,7 +68,8 @@ def test_a_fully_connected_layer_past_dram1_is_split_by_output_channels(op):
     # fc1 reads the 4x4x4 input in place: 25 groups of 8 outputs, 129 vectors each (3,225 in all).
     model = classifier(op)
     depth = 700
-    split = compile_model(model, small_dram1(depth))
+    # The vector counts above are the plain layout's (a packed input halves fc1's: below).
+    split = compile_model(model, small_dram1(depth), pack_inputs=False)
     assert list(split.summary.split_layers) == ["fc1"] and split.summary.split_layers["fc1"] >= 3
     segments = split.summary.segments
     assert all(s.kind == "accelerator" and s.lir.consts.shape[0] <= depth for s in segments)
@@ -101,10 +102,21 @@ def test_a_convolution_past_dram1_is_split_with_its_batch_norm():
 def test_no_split_keeps_the_error():
     with pytest.raises(SchedulingError, match=r"constants need \d+ vectors of DRAM1 but the architecture has 700 "
                                               r"\(the largest share: layer 'fc1', 3225\); splitting .* off \(--no-split\)"):
-        compile_model(classifier(), small_dram1(700), split=False)
+        compile_model(classifier(), small_dram1(700), split=False, pack_inputs=False)
 
 
 def test_a_layer_whose_one_group_of_outputs_does_not_fit_is_an_error_naming_it():
     with pytest.raises(SchedulingError, match=r"layer 'fc1' \(node fc1, relu\): its constants need 3225 vectors of DRAM1 but the "
                                               r"architecture has 128; even one group of 8 output channels needs more"):
-        compile_model(classifier(), small_dram1(128))
+        compile_model(classifier(), small_dram1(128), pack_inputs=False)
+
+
+def test_a_split_layer_reading_a_packed_input_computes_the_same_function():
+    # Packed, fc1's input takes half the vectors, so fc1 is split by the packed sizes; its slices
+    # then share the input, which is no longer packed (packing is for an input one layer reads),
+    # so they are split again. More programs than needed, but the same function.
+    model = classifier("Gemm")
+    split = compile_model(model, small_dram1(700))
+    assert split.summary.split_layers["fc1"] >= 3
+    assert all(s.lir.consts.shape[0] <= 700 for s in split.summary.segments)
+    check_against_whole_and_onnxruntime(model, split)

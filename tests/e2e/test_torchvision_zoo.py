@@ -34,10 +34,12 @@ REQUIRED_SHARE = 0.95
 # weights, DeepLabV3's dilated ResNet-50, Inception v3 at 75x75, DenseNet's 120 layers).
 SLOW = {"resnet50", "deeplabv3_resnet50", "inception_v3", "densenet121"}
 # VGG-16 exists only at 224x224 or more (its 7x7 adaptive pool), where its first classifier
-# layer's 102.8 M weights need 6.4 M vectors of DRAM1 (ultra96v2 has 2 M): one layer split
-# across programs is another part of issue 22 (helper "bigfc"); the rest of VGG-16 compiles.
-BLOCKED = {"vgg16": "a single layer whose constants exceed DRAM1 (classifier.0, 6.4 M vectors) is not yet split "
-                    "across programs"}
+# layer's 102.8 M weights need 6.4 M vectors of DRAM1 (ultra96v2 has 2 M) and are split by output
+# channels across programs. That compile takes about 2 CPU-minutes and 10 GB (the 411 MB weight
+# matrix copied as it is sliced, rounded and laid out), too much for this suite's budget on two
+# workers; `systolix bench --zoo --zoo-model vgg16` compiles it (the README's zoo table), and the
+# split itself is tested on smaller layers (tests/e2e/test_layer_split.py).
+NOT_IN_SUITE = {"vgg16"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -52,9 +54,9 @@ def compiled(name: str):
 
 def _params():
     for name in ZOO:
+        if name in NOT_IN_SUITE:
+            continue
         marks = [pytest.mark.slow] if name in SLOW else []
-        if name in BLOCKED:
-            marks.append(pytest.mark.xfail(reason=BLOCKED[name], run=False))
         yield pytest.param(name, marks=marks, id=name)
 
 
