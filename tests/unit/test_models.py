@@ -54,7 +54,7 @@ def built() -> dict[str, onnx.ModelProto]:
 
 def test_registry_lists_every_family():
     families = {s.family for s in zoo.MODELS.values()}
-    assert families == {"benchmark", "network", "classic", "ops", "host", "cnn", "bad"}
+    assert families == {"benchmark", "network", "classic", "transformer", "ops", "host", "cnn", "bad"}
     for name, spec in zoo.MODELS.items():
         assert spec.name == name and spec.description and callable(spec.builder)
     # the catalogue covers the awkward cases by name

@@ -11,6 +11,7 @@ Families:
   * ``classic``: ``squeezenet10_zoo``, ``inception_v1_zoo``, ``vgg19_classifier``, as the ONNX model zoo's
     early files (opsets 7 to 9) spell them (:mod:`systolix.models.classic_zoo`);
   * ``ops`` / ``host`` / ``cnn``: the op catalogue of :mod:`systolix.models.ops`;
+  * ``transformer``: ``vit_tiny``, ``bert_tiny`` (:mod:`systolix.models.transformers`);
   * ``bad``: valid ONNX the compiler must refuse (weights that are model inputs).
 """
 
@@ -34,6 +35,7 @@ from systolix.models.mobilenet import mobilenetv2_block
 from systolix.models.ops import CASES, build_case
 from systolix.models.resnet import resnet20v2, resnet50v2
 from systolix.models.stats import ModelStats, model_stats
+from systolix.models.transformers import bert_tiny, vit_tiny
 from systolix.models.yolo import yolov4_tiny
 
 __all__ = [
@@ -91,6 +93,10 @@ MODELS: dict[str, ModelSpec] = {
                                   "[1, 512, 7, 7] (fc6 25088 -> 4096 exceeds ultra96v2's DRAM1)", "classic", large=True,
                                   default_opset=classic_zoo.DEFAULT_OPSET, min_opset=classic_zoo.MIN_OPSET,
                                   max_opset=classic_zoo.MAX_OPSET),
+    "vit_tiny": ModelSpec("vit_tiny", vit_tiny, "ViT-tiny, 32x32x3, patch 4, dim 64, 4 heads, 2 blocks, 10 classes",
+                          "transformer", default_opset=17, min_opset=17, max_opset=17),
+    "bert_tiny": ModelSpec("bert_tiny", bert_tiny, "BERT-tiny encoder, 32 tokens of dim 64, 4 heads, 2 blocks, "
+                           "pooler, 10 classes", "transformer", default_opset=17, min_opset=17, max_opset=17),
 }
 for _name, _case in CASES.items():
     MODELS[_name] = ModelSpec(_name, _case_builder(_name), _case.description, _name.split("/")[0],
