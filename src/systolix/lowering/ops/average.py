@@ -48,14 +48,14 @@ def window_counts(H, W, k, stride, dil, pads, OH, OW, include_pad):
     return (ch[:, None] * cw[None, :]).astype(np.float64)
 
 
-def average_layer(lw, name: str, node, x, out, k, stride, dil, pads, include_pad: bool, op: str) -> None:
-    """One conv layer averaging ``x`` into ``out`` over windows ``k``."""
+def average_layer(lw, name: str, node, x, out, k, stride, dil, pads, include_pad: bool, op: str, total: bool = False) -> None:
+    """One conv layer averaging ``x`` into ``out`` over windows ``k`` (``total``: summing)."""
     # Sum with weights 2^-shift (exact scaling), then multiply by 2^shift / count in two SIMD
     # steps so the multiplier keeps 9 significant bits.
     shift = pool_shift(k[0] * k[1])
     w = np.full((x.C, k[0], k[1]), 2.0 ** -shift, np.float32)
     counts = window_counts(x.H, x.W, k, stride, dil, pads, out.H, out.W, include_pad)
-    factors = (2.0 ** shift) / counts
+    factors = (2.0 ** shift) / (np.ones_like(counts) if total else counts)
     post = []
     uniform = np.all(factors == factors.flat[0])
     m = int(np.clip(-np.floor(np.log2(factors.min())), 0, 6))
@@ -69,19 +69,25 @@ def average_layer(lw, name: str, node, x, out, k, stride, dil, pads, include_pad
                      post_ops=post, ops=[op], nodes=[node.name], scaling_ops=len(post), open=False))
 
 
-def average(node, lw, x, k, stride, dil, pads, OH, OW, include_pad: bool, op: str) -> None:
+def average(node, lw, x, k, stride, dil, pads, OH, OW, include_pad: bool, op: str, total: bool = False,
+            name: str | None = None):
+    """Average (``total``: sum) ``x`` over windows ``k`` into the tensor ``name`` (the node's output by default)."""
+    name = name or node.outputs[0]
+    layer = node.name if name == node.outputs[0] else name
     top = lw.data_type.binary_point if lw.data_type.is_fixed else None
     if top is None or pool_shift(k[0] * k[1]) <= top:
-        out = lw.new_act(node.outputs[0], x.C, OH, OW)
-        average_layer(lw, node.name, node, x, out, k, stride, dil, pads, include_pad, op)
+        out = lw.new_act(name, x.C, OH, OW)
+        average_layer(lw, layer, node, x, out, k, stride, dil, pads, include_pad, op, total)
     else:
-        rows = lw.new_act(f"{node.name}/rows", x.C, x.H, OW)
-        average_layer(lw, f"{node.name}/rows", node, x, rows, (1, k[1]), (1, stride[1]), (1, dil[1]),
-                      (0, pads[1], 0, pads[3]), include_pad, op)
-        out = lw.new_act(node.outputs[0], x.C, OH, OW)
-        average_layer(lw, node.name, node, rows, out, (k[0], 1), (stride[0], 1), (dil[0], 1),
-                      (pads[0], 0, pads[2], 0), include_pad, op)
-    lw.bind(node.outputs[0], out)
+        rows = lw.new_act(f"{name}/rows", x.C, x.H, OW)
+        average_layer(lw, f"{layer}/rows", node, x, rows, (1, k[1]), (1, stride[1]), (1, dil[1]),
+                      (0, pads[1], 0, pads[3]), include_pad, op, total)
+        out = lw.new_act(name, x.C, OH, OW)
+        average_layer(lw, layer, node, rows, out, (k[0], 1), (stride[0], 1), (dil[0], 1),
+                      (pads[0], 0, pads[2], 0), include_pad, op, total)
+    if name == node.outputs[0]:
+        lw.bind(node.outputs[0], out)
+    return out
 
 
 @handles("AveragePool")
@@ -116,27 +122,18 @@ class GlobalAveragePool(OpHandler):
 
 @handles("ReduceMean")
 class ReduceMean(OpHandler):
-    @staticmethod
-    def _axes(node, lw):
-        axes = node.attr("axes")
-        if axes is None and len(node.inputs) > 1 and node.inputs[1]:
-            axes = lw.const(node, 1).tolist()
-        return axes
+    """Over pixel axes, channels or both: ``reduce.py`` (which lowers ReduceSum and ReduceMax too)."""
 
     def check(self, node, lw):
+        from systolix.lowering.ops.reduce import reduce_plan  # noqa: PLC0415 (reduce imports this module)
+
         reason = lw.activation_reason(node, 0)
-        if reason is None and node.attr("axes") is None and len(node.inputs) > 1 and node.inputs[1]:
-            reason = lw.const_reason(node, 1, "axes")
         if reason:
             return reason
-        axes = self._axes(node, lw)
-        if axes is None or sorted(int(a) % 4 for a in axes) != [2, 3] or len(lw.ref(node, 0).shape) != 4:
-            return "only the mean over the spatial axes of an NCHW tensor"
-        x = lw.input_activation(node, 0)
-        return _size_reason(lw, (x.H, x.W))
+        plan = reduce_plan(node, lw, "ReduceMean")
+        return plan if isinstance(plan, str) else None
 
     def lower(self, node, lw):
-        x = lw.act_of(node, 0)
-        average(node, lw, x, (x.H, x.W), (1, 1), (1, 1), (0, 0, 0, 0), 1, 1, True, "ReduceMean")
-        if not int(node.attr("keepdims", 1)):
-            lw.bind(node.outputs[0], lw.refs[node.outputs[0]].act)
+        from systolix.lowering.ops.reduce import lower_reduction  # noqa: PLC0415
+
+        lower_reduction(node, lw, "ReduceMean")
