@@ -453,7 +453,8 @@ def tandem_cycles(program: DecodedProgram, arch: Architecture, executions: np.nd
     """Clocks each Tandem instruction keeps the unit busy, over all its loop iterations: one
     clock a vector (the ALU, comparisons, casts and lane reductions are pipelined across the
     lanes), a division ``2w`` clocks (one quotient bit a clock), a transpose ``2N`` (N vectors
-    into the permute engine, N out), configuration and TLoop one clock, TSync none."""
+    into the permute engine, N out), configuration and TLoop one clock (a TLoop each time the loop
+    around it replays it), TSync none."""
     from systolix.isa.instructions import Opcode
     from systolix.isa.tandem import TAluOp, TPermuteOp
 
@@ -464,7 +465,13 @@ def tandem_cycles(program: DecodedProgram, arch: Architecture, executions: np.nd
     per[(op == Opcode.TPERMUTE) & (f == TPermuteOp.TRANSPOSE)] = 2 * arch.array_size
     counted = (op >= Opcode.TALU) & (op <= Opcode.TCAST)
     cost = np.where(counted, per * executions, 0.0)
-    cost[(op == Opcode.TCONFIG) | (op == Opcode.TLOOP)] = 1.0
+    cost[op == Opcode.TCONFIG] = 1.0
+    # A loop inside a loop body is replayed with it: one clock each time. It runs as often as the
+    # first instruction of its body, divided by its own iterations (from the innermost out).
+    runs = np.asarray(executions, np.float64).copy()
+    for i in np.flatnonzero(op == Opcode.TLOOP)[::-1]:
+        runs[i] = max(1.0, runs[i + 1] / program.instruction(int(i)).iterations)
+        cost[i] = runs[i]
     return cost
 
 
