@@ -95,7 +95,11 @@ def _tensors_plan(node, lw, kind: str):
     if kind == "Mul" and tuple(ra.shape) == tuple(rb.shape) == out_shape:
         return MulTensor, 0, 1, 1.0
     if kind == "Div":
-        return "a division by a computed tensor; the accelerator divides only by a constant"
+        if lw.tandem is not None and tuple(ra.shape) == tuple(rb.shape) == out_shape:
+            from systolix.lowering.ops.tandem_functions import DivTensor  # noqa: PLC0415
+
+            return DivTensor, 0, 1, 1.0
+        return "a division by a computed tensor; the accelerator divides only by a constant (or the Tandem unit's, of one shape)"
     return f"{kind} of two computed tensors of shapes {list(ra.shape)} and {list(rb.shape)}"
 
 
@@ -162,13 +166,15 @@ class Arithmetic(OpHandler):
         return refusal(self._plan(node, lw))
 
     def lower(self, node, lw):
-        from systolix.lowering.ops.gelu import GeluOp, erf_gelu, inside_erf_gelu
+        from systolix.lowering.ops.gelu import erf_gelu, inside_erf_gelu
+        from systolix.lowering.ops.tandem_functions import gelu_op
 
         if inside_erf_gelu(node, lw):
             return
         if (gelu := erf_gelu(node, lw)) is not None:  # 0.5 x (1 + erf(x / sqrt 2)): one post-op on x
             scale = gelu[1][0]
-            lw.post_op_layer(node, lw.act_of(scale, scale.inputs.index(gelu[0])), GeluOp(node=node.name))
+            tanh_form = any(n.op_type == "Tanh" for n in gelu[1])
+            lw.post_op_layer(node, lw.act_of(scale, scale.inputs.index(gelu[0])), gelu_op(node, lw, tanh_form))
             return
         gated = gated_input(node, lw)
         if gated is not None:  # x * Sigmoid(x), x * HardSigmoid(x): one post-op on x

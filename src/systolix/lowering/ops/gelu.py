@@ -77,7 +77,9 @@ class Gelu(OpHandler):
         return lw.activation_reason(node, 0)
 
     def lower(self, node, lw):
-        lw.post_op_layer(node, lw.act_of(node, 0), GeluOp(node=node.name))
+        from systolix.lowering.ops.tandem_functions import gelu_op  # noqa: PLC0415
+
+        lw.post_op_layer(node, lw.act_of(node, 0), gelu_op(node, lw, node.attr("approximate", "none") in ("tanh", b"tanh")))
 
 
 def _scalar(lw, name):
@@ -208,7 +210,14 @@ def inside_erf_gelu(node, lw) -> bool:
 @handles("Erf", "Pow")
 class InsideGelu(OpHandler):
     def check(self, node, lw):
-        return None if inside_erf_gelu(node, lw) else f"{node.op_type} outside a GeLU"
+        from systolix.lowering.ops.tandem_functions import pow_reason  # noqa: PLC0415
+
+        if inside_erf_gelu(node, lw):
+            return None
+        return pow_reason(node, lw) if node.op_type == "Pow" else f"{node.op_type} outside a GeLU"
 
     def lower(self, node, lw):
-        pass
+        from systolix.lowering.ops.tandem_functions import lower_pow  # noqa: PLC0415
+
+        if node.op_type == "Pow" and not inside_erf_gelu(node, lw):
+            lower_pow(node, lw)

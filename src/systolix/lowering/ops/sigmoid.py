@@ -55,6 +55,9 @@ class Sigmoid(OpHandler):
     def lower(self, node, lw):
         from systolix.lowering.ops.gates import feeds_only_gates  # it imports this module
 
+        from systolix.lowering.ops.tandem_functions import TandemFunction  # noqa: PLC0415 (the unit's, when the arch has it)
+
         if feeds_only_gates(node, lw):
             return
-        lw.post_op_layer(node, lw.act_of(node, 0), SigmoidOp(node=node.name))
+        op = SigmoidOp(node=node.name) if lw.tandem is None else TandemFunction(node=node.name, function="sigmoid")
+        lw.post_op_layer(node, lw.act_of(node, 0), op)

@@ -51,6 +51,9 @@ class Tanh(OpHandler):
         from systolix.lowering.ops.gates import feeds_only_gates  # Mish's Tanh
         from systolix.lowering.ops.gelu import inside_erf_gelu
 
+        from systolix.lowering.ops.tandem_functions import TandemFunction  # noqa: PLC0415 (the unit's, when the arch has it)
+
         if inside_erf_gelu(node, lw) or feeds_only_gates(node, lw):
             return
-        lw.post_op_layer(node, lw.act_of(node, 0), TanhOp(node=node.name))
+        op = TanhOp(node=node.name) if lw.tandem is None else TandemFunction(node=node.name, function="tanh")
+        lw.post_op_layer(node, lw.act_of(node, 0), op)
