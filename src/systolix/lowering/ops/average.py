@@ -79,7 +79,7 @@ def average(node, lw, x, k, stride, dil, pads, OH, OW, include_pad: bool, op: st
         out = lw.new_act(name, x.C, OH, OW)
         average_layer(lw, layer, node, x, out, k, stride, dil, pads, include_pad, op, total)
     else:
-        rows = lw.new_act(f"{name}/rows", x.C, x.H, OW)
+        rows = lw.new_act(f"{layer}/rows", x.C, x.H, OW)
         average_layer(lw, f"{layer}/rows", node, x, rows, (1, k[1]), (1, stride[1]), (1, dil[1]),
                       (0, pads[1], 0, pads[3]), include_pad, op, total)
         out = lw.new_act(name, x.C, OH, OW)
