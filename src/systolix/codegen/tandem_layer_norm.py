@@ -8,15 +8,19 @@ address ``acc + g pixels + p``); the unit works on it in place, in its wide type
 2. the mean: ``Mac`` of ``x 2^-s`` over the groups (``2^s >= D``: exact, and no saturation for
    any D), ``LaneSum``, then one ``Div`` by ``D 2^-s`` (one rounding).
 3. ``xc = x - mean`` in place (padding lanes zeroed again).
-4. the variance: ``Mac`` of ``xc (xc 2^-s)``, ``LaneSum`` (at most the largest variance, 2^(2(w-1-bp))),
-   ``Div`` by ``D 2^-s``, ``+ eps``.
-5. ``1/sqrt(v)`` by range reduction: ``k = floor(log4 v)`` counted by comparisons with the
-   powers of 4 the wide type holds (a loop over a table of them in ``interim``), ``m = v 4^-k``
-   in [1, 4) by a ``Shift``, ``r = 1/sqrt(m)`` from a quadratic fit then Newton steps
-   ``r <- r (3/2 - (m/2) r^2)`` in a hardware loop; ``1/sqrt(v) = r 2^-k``.
-6. per group ``u = (xc r) 2^-k`` (a ``Shift``), then ``u gamma + beta`` with gamma and beta each
-   held as two data-type vectors (``hi + lo 2^-bp``: the wide type's precision), written back to
-   the accumulators: the one rounding to the data type.
+4. a first variance, only for its scale: ``Mac`` of ``xc (xc 2^-s)``, ``LaneSum`` (at most the
+   largest variance, 2^(2(w-1-bp))), ``Div`` by ``D 2^-s``, ``+ eps``.
+5. ``k = floor(log4 v)`` counted by comparisons with the powers of 4 the wide type holds (a loop
+   over a table of them in ``interim``).
+6. the variance again on ``xc 2^-k`` (a ``Shift``, in place), now of unit scale: ``m = sum (xc
+   2^-k)^2 / D + eps 4^-k`` in about [1, 4), each square rounded at full scale (the first pass's
+   terms, ``2^-s`` smaller, lose a part in 10^4 of the variance).
+7. ``r = 1/sqrt(m)``: ``m`` reduced again to [1, 4) the same way (``k2``, 0 unless the first
+   variance was far off or eps dominates), a quadratic fit, then Newton steps
+   ``r <- r (3/2 - (m/2) r^2)`` in a hardware loop; ``xc / sqrt(var + eps) = (xc 2^-k) r 2^-k2``.
+8. per group ``u = ((xc 2^-k) r) 2^-k2`` (a ``Shift``), then ``u gamma + beta`` with gamma and beta each held as two
+   data-type vectors (``hi + lo 2^-bp``: the wide type's precision), written back to the
+   accumulators: the one rounding to the data type.
 """
 
 from __future__ import annotations
@@ -85,15 +89,21 @@ def layer_norm_program(acc: int, groups: int, channels: int, N: int, width: int,
     xs, mean, var, tmp, cnt, m, h, y, negk, w, thr, thr_next, last = (TOperand(INTERIM, k) for k in range(13))
     a, g_hi, g_lo, b_hi, b_lo, mask = (TOperand(ACC, k) for k in range(6))
     s = max(0, math.ceil(math.log2(channels)))
+    # The second pass sums squares of at most about 2 sqrt(m) (m < 4.5): scaled by 2^-s2 only when D is large.
+    top = 2.0 ** (2 * width - 1 - 2 * bp)
+    s2 = max(0, math.ceil(math.log2(channels * 4.5 / top)))
+    # eps 4^-k: eps 2^e (precise) shifted by -2k - e.
+    e = min(2 * bp, max(0, math.floor(math.log2(top / 2 / eps)))) if eps > 0 else 0
     # Immediates: 0 zero, 1 2^-s, 2 eps, 3 lowest k, 4 -2, 5 1/2, 6 3/2, 7 2^-bp, 8 four, 9 first threshold,
-    # 10 D 2^-s, 11.. the fit.
+    # 10 D 2^-s, 11 2^-s2, 12 D 2^-s2, 13 eps 2^e, 14 -e, 15.. the fit.
     imms = [0, wide(2.0 ** -s), max(1, wide(eps)) if eps > 0 else 0, lowest * one, -2 * one, one // 2,
             3 * one // 2, one >> bp, 4 * one, one >> (-2 * (lowest + 1)) if lowest + 1 < 0 else one << (2 * (lowest + 1))]
-    imms += [wide(channels * 2.0 ** -s)] + [wide(c) for c in RSQRT_COEFFS]
+    imms += [wide(channels * 2.0 ** -s), wide(2.0 ** -s2), wide(channels * 2.0 ** -s2), wide(eps * 2.0 ** e), -e * one]
+    imms += [wide(c) for c in RSQRT_COEFFS]
     out += [TImm(k, v) for k, v in enumerate(imms)]
     zero, scale, epsilon, k0, minus_two, half, three_halves, lsb, four, thr0 = (TOperand(IMM, k) for k in range(10))
-    d_scaled = TOperand(IMM, 10)
-    fit = [TOperand(IMM, 11 + k) for k in range(len(RSQRT_COEFFS))]
+    d_scaled, scale2, d_scaled2, eps_big, minus_e = (TOperand(IMM, k) for k in range(10, 15))
+    fit = [TOperand(IMM, 15 + k) for k in range(len(RSQRT_COEFFS))]
     # The table of thresholds 4^j (exact: powers of two), once for the program.
     out += [TAlu(TAluOp.MOVE, thr, thr0)]
     if thresholds > 1:
@@ -110,18 +120,27 @@ def layer_norm_program(acc: int, groups: int, channels: int, N: int, width: int,
     out += [TLoop(0, G, 1), TAlu(TAluOp.SUB, xs, xs, mean)]
     if masked:
         out += [TAlu(TAluOp.MUL, last, last, mask)]
-    # 4. The variance, plus epsilon.
+    # 4. A first variance, plus epsilon, for its scale only (its terms' roundings are large against them).
     out += [TAlu(TAluOp.MOVE, var, zero), TLoop(0, G, 2), TAlu(TAluOp.MUL, tmp, xs, scale), TAlu(TAluOp.MAC, var, xs, tmp),
             TPermute(TPermuteOp.LANE_SUM, var, var), TAlu(TAluOp.DIV, var, var, d_scaled), TAlu(TAluOp.ADD, var, var, epsilon)]
-    # 5. 1/sqrt(var): k by counting thresholds, m = var 4^-k, r(m) by a fit and Newton.
+    # 5. k = floor(log4 var) by counting thresholds.
     out += [TAlu(TAluOp.MOVE, cnt, k0), TLoop(0, thresholds, 2), TCmp(TCmpOp.GE, tmp, var, thr), TAlu(TAluOp.ADD, cnt, cnt, tmp),
-            TAlu(TAluOp.MUL, tmp, cnt, minus_two), TAlu(TAluOp.SHIFT, m, var, tmp), TCalc(TCalcOp.NEG, negk, cnt),
+            TAlu(TAluOp.MUL, tmp, cnt, minus_two), TCalc(TCalcOp.NEG, negk, cnt)]
+    # 6. The variance again on xc 2^-k (in place): m = var 4^-k + eps 4^-k, in about [1, 4), its squares at full scale.
+    square = [TAlu(TAluOp.MUL, w, xs, scale2), TAlu(TAluOp.MAC, m, xs, w)] if s2 else [TAlu(TAluOp.MAC, m, xs, xs)]
+    out += [TAlu(TAluOp.MOVE, m, zero), TLoop(0, G, 1 + len(square)), TAlu(TAluOp.SHIFT, xs, xs, negk), *square,
+            TPermute(TPermuteOp.LANE_SUM, m, m), TAlu(TAluOp.DIV, m, m, d_scaled2), TAlu(TAluOp.ADD, tmp, tmp, minus_e),
+            TAlu(TAluOp.SHIFT, w, eps_big, tmp), TAlu(TAluOp.ADD, m, m, w)]
+    # 7. r = 1/sqrt(m): m is near [1, 4) but not surely (the first variance is coarse, eps may
+    # dominate it): reduced again, k2 = floor(log4 m), then a fit and Newton on m 4^-k2.
+    out += [TAlu(TAluOp.MOVE, cnt, k0), TLoop(0, thresholds, 2), TCmp(TCmpOp.GE, tmp, m, thr), TAlu(TAluOp.ADD, cnt, cnt, tmp),
+            TAlu(TAluOp.MUL, tmp, cnt, minus_two), TAlu(TAluOp.SHIFT, m, m, tmp), TCalc(TCalcOp.NEG, negk, cnt),
             TAlu(TAluOp.MUL, h, m, half), TAlu(TAluOp.MOVE, y, fit[0])]
     for c in fit[1:]:
         out += [TAlu(TAluOp.MUL, y, y, m), TAlu(TAluOp.ADD, y, y, c)]
     out += [TLoop(0, rsqrt_newton_steps(), 4), TAlu(TAluOp.MUL, tmp, y, y), TAlu(TAluOp.MUL, tmp, tmp, h),
             TAlu(TAluOp.SUB, tmp, three_halves, tmp), TAlu(TAluOp.MUL, y, y, tmp)]
-    # 6. Normalised, scaled and shifted: u = xc r 2^-k; u g_hi + (u g_lo + b_lo) 2^-bp + b_hi.
+    # 8. Normalised, scaled and shifted: u = ((xc 2^-k) r) 2^-k2; u g_hi + (u g_lo + b_lo) 2^-bp + b_hi.
     out += [TLoop(0, G, 7), TAlu(TAluOp.MUL, xs, xs, y), TAlu(TAluOp.SHIFT, xs, xs, negk), TAlu(TAluOp.MUL, w, xs, g_lo),
             TAlu(TAluOp.ADD, w, w, b_lo), TAlu(TAluOp.MUL, xs, xs, g_hi), TAlu(TAluOp.MAC, xs, w, lsb),
             TAlu(TAluOp.ADD, a, xs, b_hi)]
