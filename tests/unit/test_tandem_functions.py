@@ -85,6 +85,33 @@ def test_functions_on_the_unit_over_the_fp16bp8_grid_within_the_derived_bound(op
         assert err.max() / LSB < 0.55 < STOCK_LSB[function]
 
 
+@pytest.mark.parametrize("tanh_form", [False, True])
+def test_torchs_gelu_exports_run_on_the_unit_in_the_form_they_state(tanh_form):
+    """``x * 0.5 * (1 + Erf(x / sqrt 2))`` and ``0.5 x (1 + Tanh(sqrt(2/pi) (x + 0.044715 Pow(x, 3))))`` node by node."""
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float32), name)  # noqa: E731
+    if tanh_form:
+        inits = [c("three", 3.0), c("k", 0.044715), c("s", np.sqrt(2 / np.pi)), c("one", 1.0), c("half", 0.5)]
+        nodes = [helper.make_node("Pow", ["x", "three"], ["p"]), helper.make_node("Mul", ["p", "k"], ["pk"]),
+                 helper.make_node("Add", ["x", "pk"], ["in"]), helper.make_node("Mul", ["in", "s"], ["ins"]),
+                 helper.make_node("Tanh", ["ins"], ["t"]), helper.make_node("Add", ["t", "one"], ["t1"]),
+                 helper.make_node("Mul", ["x", "t1"], ["xt"]), helper.make_node("Mul", ["xt", "half"], ["y"], name="f")]
+    else:
+        inits = [c("r2", np.sqrt(2.0)), c("one", 1.0), c("half", 0.5)]
+        nodes = [helper.make_node("Div", ["x", "r2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+                 helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["x", "e1"], ["xe"]),
+                 helper.make_node("Mul", ["xe", "half"], ["y"], name="f")]
+    g = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 256, 16])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    compiled = compile_model(model, TANDEM, host=False)
+    assert uses_the_unit(compiled)
+    x = np.arange(-8 * 256, 8 * 256) / 256.0
+    y = np.asarray(compiled.run({"x": x.reshape(1, -1, 16).astype(np.float32)})["y"], np.float64).reshape(-1)
+    function = "gelu_tanh" if tanh_form else "gelu"
+    assert np.all(np.abs(y - EXACT[function](x)) <= BOUNDS[function](x))
+
+
 def test_without_the_unit_the_stock_sequences_stay():
     for op in ("Sigmoid", "Tanh", "Gelu"):
         compiled = compile_model(single_op(op, [1, 4, 16]), "ultra96v2", host=False)
