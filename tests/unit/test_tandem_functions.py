@@ -140,6 +140,31 @@ def test_division_of_two_computed_tensors_on_the_unit():
     assert compile_model(model, "ultra96v2").summary.host_nodes == ["f"]
 
 
+@pytest.mark.needs_onnxruntime
+@pytest.mark.parametrize("numerator", ["reciprocal", "scalar", "per_channel"])
+def test_a_constant_divided_by_a_tensor_on_the_unit(numerator):
+    """``Reciprocal(x)`` and ``Div(c, x)`` (a scalar, or one value per channel of a 40-channel
+    map: three groups, the last partly padding): one correctly rounded Div a vector."""
+    rng = np.random.default_rng(7)
+    shape = [1, 40, 3, 5]
+    x = np.round(rng.uniform(0.3, 9, shape) * np.sign(rng.normal(size=shape)) * 256) / 256
+    if numerator == "reciprocal":
+        model = single_op("Reciprocal", shape)
+    else:
+        c = np.float32(2.5) if numerator == "scalar" else rng.uniform(-3, 3, (1, 40, 1, 1)).astype(np.float32)
+        g = helper.make_graph([helper.make_node("Div", ["c", "x"], ["y"], name="f")], "f",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [numpy_helper.from_array(c, "c")])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+    compiled = compile_model(model, TANDEM, host=False)
+    y = np.asarray(compiled.run({"x": x.astype(np.float32)})["y"], np.float64)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x.astype(np.float32)})[0]
+    # the numerator on FP16BP8's grid (half an LSB), divided by |x| >= 0.3; the Div's and the output's roundings
+    assert np.all(np.abs(y - ref) <= HALF_LSB / np.abs(x) * (numerator == "per_channel") + HALF_LSB + 2.0 ** -17)
+    assert compile_model(model, "ultra96v2").summary.host_nodes == ["f"]
+
+
 def test_pow_two_is_a_square_on_every_architecture_and_pow_half_a_sqrt_on_the_unit():
     x = (np.arange(-11 * 256, 11 * 256, 7) / 256.0)
     x = np.concatenate([x, np.zeros((-len(x)) % 16)]).reshape(1, -1, 16)

@@ -201,6 +201,15 @@ def divide_program(acc: int, operand: int, vectors: int) -> list:
             TSync(TSyncKind.TO_ARRAY)]
 
 
+def reciprocal_program(acc: int, numerators: int, groups: int, per_group: int, numerator_stride: int) -> list:
+    """``acc[v] = c / acc[v]`` over ``groups`` channel groups of ``per_group`` vectors, ``c`` the
+    vector at ``numerators`` (``+ numerator_stride`` a group): one ``Div`` a vector."""
+    a, c = TOperand(ACC, 0), TOperand(ACC, 1)
+    return [TSync(TSyncKind.TO_UNIT), TIterBase(ACC, 0, acc), TIterStride(ACC, 0, 0, 1), TIterStride(ACC, 0, 1, per_group),
+            TIterBase(ACC, 1, numerators), TIterStride(ACC, 1, 1, numerator_stride), TLoop(1, groups, 2),
+            TLoop(0, per_group, 1), TAlu(TAluOp.DIV, a, c, a), TSync(TSyncKind.TO_ARRAY)]
+
+
 def interim_vectors(function: str, width: int, frac_bits: int) -> int:
     lowest, highest = range_exponents(width, frac_bits)
     return 32 + (highest - lowest) if function == "sqrt" else 32

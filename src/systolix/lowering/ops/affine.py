@@ -130,7 +130,9 @@ def _constant_plan(node, lw, kind: str):
         scale, shift = vec, zeros
     else:
         if xi != 0:
-            return "dividing a constant by a tensor"
+            if lw.tandem is None:
+                return "dividing a constant by a tensor (the Tandem unit's Div does, the stock TCU has none)"
+            return affine_reason(node, lw, xi) or ("reciprocal", xi, vec)
         if np.any(vec == 0):
             return "division by zero"
         scale, shift = 1.0 / vec, zeros
@@ -182,7 +184,12 @@ class Arithmetic(OpHandler):
             lw.post_op_layer(node, lw.act_of(node, i), op(node=node.name))
             return
         plan = self._plan(node, lw)
-        if plan[0] == "affine":
+        if plan[0] == "reciprocal":  # constant / x on the Tandem unit
+            from systolix.lowering.ops.tandem_functions import DivideConstant  # noqa: PLC0415
+
+            _, xi, vec = plan
+            lw.post_op_layer(node, lw.act_of(node, xi), DivideConstant(node=node.name, numerators=vec))
+        elif plan[0] == "affine":
             _, xi, scale, shift = plan
             affine(node, lw, xi, scale, shift, node.op_type)
         elif plan[0] == "tensor":

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from systolix.codegen.tandem_elementwise import divide_program, elementwise_program, interim_vectors
+from systolix.codegen.tandem_elementwise import divide_program, elementwise_program, interim_vectors, reciprocal_program
 from systolix.ir.lir import raw_of
 from systolix.ir.postops import PostOp
 from systolix.isa import SimdOp
@@ -92,6 +92,30 @@ class DivTensor(PostOp):
 
 
 @dataclass(eq=False)
+class DivideConstant(PostOp):
+    """``constant / x``, one value per channel: the constants as SIMD vectors beside the tile,
+    one Tandem ``Div`` a vector (``Reciprocal`` is ``1 / x``)."""
+
+    numerators: np.ndarray = None
+    kind: ClassVar[str] = "divide_constant"
+
+    def evaluate(self, acc, read):
+        c = np.asarray(self.numerators, np.float64)[:, None, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(acc == 0, np.sign(c) * 1e9, c / np.where(acc == 0, 1.0, acc))
+
+    def constants(self, c):
+        # One vector a group, padding lanes 0: 0 / 0 is 0 there (a shared vector would saturate them).
+        return c.simd(list(c.channel_vectors(np.asarray(self.numerators, np.float32))))
+
+    def emit(self, t, slot) -> None:
+        t.e.out.extend(reciprocal_program(raw_of(t.acc), raw_of(t.acc_const) + slot + t.go0, t.go1 - t.go0, t.per_group, 1))
+
+    def text(self) -> str:
+        return "divide a constant (Tandem unit)"
+
+
+@dataclass(eq=False)
 class Square(PostOp):
     """``x * x``: one SIMD multiply a vector (rounded once)."""
 
@@ -162,3 +186,13 @@ def gelu_op(node, lw, tanh_form: bool) -> PostOp:
     if lw.tandem is None:
         return GeluOp(node=node.name)
     return TandemFunction(node=node.name, function="gelu_tanh" if tanh_form else "gelu")
+
+
+@handles("Reciprocal")
+class Reciprocal(OpHandler):
+    def check(self, node, lw):
+        return NO_IMPLEMENTATION if lw.tandem is None else lw.activation_reason(node, 0)
+
+    def lower(self, node, lw):
+        x = lw.act_of(node, 0)
+        lw.post_op_layer(node, x, DivideConstant(node=node.name, numerators=np.ones(x.C, np.float32)))
