@@ -219,9 +219,26 @@ def test_reductions_over_the_layouts_axes_match_onnxruntime(op, shape, axes, kee
     assert np.all(np.abs(y - ref) <= bound)
 
 
+@pytest.mark.needs_onnxruntime
+@pytest.mark.parametrize("shape, axes, keepdims", [([1, 12, 40], [2], 0), ([1, 20, 3, 4], [1], 1), ([1, 12, 40], [1, 2], 0),
+                                                   ([5, 32], [1], 0)])
+def test_a_max_over_the_channels_on_the_unit_is_exact(shape, axes, keepdims):
+    """All values negative, so that a padding lane (40 channels: 8 of the third group's 16) not
+    masked off would win."""
+    model = _axes_input(reduction("ReduceMax", shape, axes, keepdims))
+    compiled = compile_model(model, TANDEM, host=False)
+    assert uses_the_unit(compiled)
+    x = (np.round(np.random.default_rng(1).normal(-50, 3, shape) * 256) / 256).astype(np.float32)
+    y = np.asarray(compiled.run({"x": x})["y"])
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert y.shape == ref.shape and np.array_equal(y, ref)
+
+
 def test_reductions_the_layout_does_not_give_stay_on_the_host_with_the_reason():
     compiled = compile_model(_axes_input(reduction("ReduceMax", [1, 12, 40], [2], 0)), "ultra96v2")
     assert "a max over the channel axis" in compiled.summary.host_reasons["f"]
+    with_unit = compile_model(_axes_input(reduction("ReduceMean", [2, 3, 4], [0], 0)), TANDEM)  # rank 3, batch 2
+    assert "cannot be laid out on the accelerator" in with_unit.summary.host_reasons["f"]
 
 
 def test_vit_tiny_runs_its_layer_norms_and_token_mean_on_the_unit():

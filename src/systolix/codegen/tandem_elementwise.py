@@ -29,7 +29,8 @@ import numpy as np
 from systolix.codegen.tandem_layer_norm import RSQRT_COEFFS, range_exponents, rsqrt_newton_steps
 from systolix.codegen.tandem_softmax import POLY_COEFFS
 from systolix.isa.tandem import (
-    Namespace, TAlu, TAluOp, TCalc, TCalcOp, TCmp, TCmpOp, TImm, TIterBase, TIterStride, TLoop, TOperand, TSync, TSyncKind)
+    Namespace, TAlu, TAluOp, TCalc, TCalcOp, TCmp, TCmpOp, TImm, TIterBase, TIterStride, TLoop, TOperand, TPermute, TPermuteOp,
+    TSync, TSyncKind)
 
 ACC, INTERIM, IMM = Namespace.ACC, Namespace.INTERIM, Namespace.IMM
 
@@ -208,6 +209,25 @@ def reciprocal_program(acc: int, numerators: int, groups: int, per_group: int, n
     return [TSync(TSyncKind.TO_UNIT), TIterBase(ACC, 0, acc), TIterStride(ACC, 0, 0, 1), TIterStride(ACC, 0, 1, per_group),
             TIterBase(ACC, 1, numerators), TIterStride(ACC, 1, 1, numerator_stride), TLoop(1, groups, 2),
             TLoop(0, per_group, 1), TAlu(TAluOp.DIV, a, c, a), TSync(TSyncKind.TO_ARRAY)]
+
+
+def channel_max_program(acc: int, groups: int, pixels: int, mask: int | None) -> list:
+    """For each of ``pixels`` pixels (group ``g`` at ``acc + g pixels + p``), the max over its
+    ``groups`` vectors and their lanes into every lane of its group 0; ``mask``: raw accumulator
+    address of a 1/0 mask and a 0/-128 penalty for the last group's padding lanes (as Softmax's), or None."""
+    xs, mx, last = TOperand(INTERIM, 0), TOperand(INTERIM, 1), TOperand(INTERIM, 2)
+    a, first = TOperand(ACC, 0), TOperand(ACC, 3)
+    out = [TSync(TSyncKind.TO_UNIT), TIterBase(ACC, 0, acc), TIterStride(ACC, 0, 0, pixels), TIterStride(ACC, 0, 1, 1),
+           TIterBase(ACC, 3, acc), TIterStride(ACC, 3, 1, 1), TIterBase(INTERIM, 0, 3), TIterStride(INTERIM, 0, 0, 1),
+           TIterBase(INTERIM, 1, 0), TIterBase(INTERIM, 2, 3 + groups - 1), TIterBase(INTERIM, 3, 3)]
+    if mask is not None:
+        out += [TIterBase(ACC, 1, mask), TIterBase(ACC, 2, mask + 1)]
+    body = [TLoop(0, groups, 1), TAlu(TAluOp.MOVE, xs, a)]
+    if mask is not None:
+        body += [TAlu(TAluOp.MUL, last, last, TOperand(ACC, 1)), TAlu(TAluOp.ADD, last, last, TOperand(ACC, 2))]
+    body += [TAlu(TAluOp.MOVE, mx, TOperand(INTERIM, 3)), TLoop(0, groups, 1), TAlu(TAluOp.MAX, mx, mx, xs),
+             TPermute(TPermuteOp.LANE_MAX, mx, mx), TAlu(TAluOp.MOVE, first, mx)]
+    return out + [TLoop(1, pixels, len(body))] + body + [TSync(TSyncKind.TO_ARRAY)]
 
 
 def interim_vectors(function: str, width: int, frac_bits: int) -> int:

@@ -6,8 +6,9 @@ is pixels. A reduction over pixel axes is a pooling window over them (the mean a
 average pool's conv with weights ``2^-shift``, ``average.py``; the max: a max pool), so ViT's
 mean over its tokens (``[1, T, D]``, axes ``[1]``) is a global average pool of a ``1 x T`` map.
 A mean or sum over the channel axis is a 1x1 conv to one channel on the array (weights
-``2^-shift``, then SIMD multiplies); over channels and pixels together, the pixels first, then
-the channels. A max over the channels, or axes the layout mixes, stays on the host with the reason.
+``2^-shift``, then SIMD multiplies), a max the Tandem unit's (``Max`` over the groups, ``LaneMax``,
+into channel 0, of which the output is a view); over channels and pixels together, the pixels
+first, then the channels. A max over the channels without the unit stays on the host with the reason.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import math
 
 import numpy as np
 
-from systolix.ir.hir import ConvInput, ConvLayer, MaxPoolLayer
+from systolix.ir.hir import Activation, ConvInput, ConvLayer, MaxPoolLayer
 from systolix.ir.layout import canonical_chw, canonical_elements
 from systolix.ir.postops import Scale
 from systolix.lowering.ops.average import _size_reason, average, pool_shift
@@ -59,8 +60,9 @@ def reduce_plan(node, lw, op: str) -> tuple[tuple[int, int], bool] | str:
     x = lw.input_activation(node, 0)
     kernel = (x.H if "h" in reduced else 1, x.W if "w" in reduced else 1)
     channels = "c" in reduced
-    if channels and op == "ReduceMax":
-        return "a max over the channel axis (across the lanes of a vector): only pixel axes reduce on the accelerator"
+    if channels and op == "ReduceMax" and lw.tandem is None:
+        return ("a max over the channel axis (across the lanes of a vector): the Tandem unit's LaneMax runs it; the stock "
+                "TCU reduces only pixel axes")
     if kernel != (1, 1) and op != "ReduceMax" and lw.data_type.is_fixed:
         reason = _size_reason(lw, kernel)
         if reason:
@@ -97,6 +99,19 @@ def sum_over_channels(node, lw, x, name: str, mean: bool):
     return out
 
 
+def max_over_channels(node, lw, x):
+    """The Tandem unit's max across each pixel's groups and lanes into its channel 0 (a post-op
+    layer), then channel 0 alone (a view)."""
+    from systolix.lowering.ops.tandem_functions import ChannelMax  # noqa: PLC0415
+
+    name = f"{node.outputs[0]}/max"
+    full = lw.new_act(name, x.C, x.H, x.W)
+    lw.layers.append(ConvLayer(f"{node.name}/max", [ConvInput(x, diagonal=np.ones((x.C, 1, 1), np.float32))], full,
+                               np.zeros(x.C, np.float32), (1, 1), post_ops=[ChannelMax(node=node.name, channels=x.C)],
+                               ops=[node.op_type], nodes=[node.name]))
+    return Activation(f"{node.outputs[0]}/channel0", 1, x.H, x.W, lw.N, parent=(full, 0))
+
+
 def lower_reduction(node, lw, op: str) -> None:
     """ReduceMean / ReduceSum / ReduceMax by the plan ``reduce_plan`` accepted."""
     kernel, channels = reduce_plan(node, lw, op)
@@ -111,7 +126,9 @@ def lower_reduction(node, lw, op: str) -> None:
         else:
             x = average(node, lw, x, kernel, kernel, (1, 1), (0, 0, 0, 0), x.H // kernel[0], x.W // kernel[1], True, op,
                         total=op == "ReduceSum", name=name)
-    if channels:
+    if channels and op == "ReduceMax":
+        x = max_over_channels(node, lw, x)
+    elif channels:
         x = sum_over_channels(node, lw, x, node.name if kernel == (1, 1) else f"{node.name}/channels", op == "ReduceMean")
     elif kernel == (1, 1):  # every reduced axis has size 1: a copy
         out = lw.new_act(final, x.C, x.H, x.W)

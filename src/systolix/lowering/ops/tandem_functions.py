@@ -14,7 +14,8 @@ import math
 
 import numpy as np
 
-from systolix.codegen.tandem_elementwise import divide_program, elementwise_program, interim_vectors, reciprocal_program
+from systolix.codegen.tandem_elementwise import (
+    channel_max_program, divide_program, elementwise_program, interim_vectors, reciprocal_program)
 from systolix.ir.lir import raw_of
 from systolix.ir.postops import PostOp
 from systolix.isa import SimdOp
@@ -113,6 +114,35 @@ class DivideConstant(PostOp):
 
     def text(self) -> str:
         return "divide a constant (Tandem unit)"
+
+
+@dataclass(eq=False)
+class ChannelMax(PostOp):
+    """The max over each pixel's channels into its channel 0 (the rest of the tile unchanged)."""
+
+    channels: int = 0
+    kind: ClassVar[str] = "channel_max"
+    all_groups: ClassVar[bool] = True
+
+    def evaluate(self, acc, read):
+        out = acc.copy()
+        out[0] = acc[: self.channels].max(axis=0)
+        return out
+
+    def constants(self, c):
+        if self.channels % c.N == 0:
+            return None
+        lanes = np.arange(c.N) < self.channels % c.N  # padding never the max (as Softmax's mask)
+        return c.simd([c.q(np.where(lanes, 1.0, 0.0)), c.q(np.where(lanes, 0.0, -128.0))])
+
+    def emit(self, t, slot) -> None:
+        if t.go0 != 0 or t.go1 * t.N < self.channels:
+            raise AssertionError(f"a max over channels on the Tandem unit needs every channel group in the tile: {t}")
+        mask = None if slot is None else raw_of(t.acc_const) + slot
+        t.e.out.extend(channel_max_program(raw_of(t.acc), t.go1, t.per_group, mask))
+
+    def text(self) -> str:
+        return f"max over {self.channels} channels (Tandem unit)"
 
 
 @dataclass(eq=False)
