@@ -51,13 +51,15 @@ def _op(ns: Namespace, k: int) -> TOperand:
 ACC, INTERIM, IMM = Namespace.ACC, Namespace.INTERIM, Namespace.IMM
 
 
-def softmax_program(acc: int, groups: int, channels: int, N: int, frac_bits: int, mask: int | None, pixels: int = 1) -> list:
+def softmax_program(acc: int, groups: int, channels: int, N: int, frac_bits: int, mask: int | None, pixels: int = 1,
+                    scale: float = 1.0) -> list:
     """Tandem instructions for softmax over ``channels`` channels of each of ``pixels`` pixels,
     group by group from raw accumulator address ``acc`` (group ``g`` of pixel ``p`` at
     ``acc + g pixels + p``); ``mask``: raw accumulator address of two vectors (1.0 on the last
     group's real lanes, 0 on padding; 0 on real lanes, -128 on padding), or None when
     ``channels`` fills every group. ``frac_bits``: the data type's (the wide type has twice).
-    The pixels are a hardware loop (level 1) around the whole computation."""
+    The pixels are a hardware loop (level 1) around the whole computation. ``scale`` (positive):
+    the softmax of ``scale x`` (attention's ``1/sqrt(Dh)``), folded into the ``log2 e`` factor."""
     G = groups
     one = 1 << (2 * frac_bits)  # the wide type's 1.0
     wide = lambda v: int(round(v * one))  # noqa: E731
@@ -74,7 +76,7 @@ def softmax_program(acc: int, groups: int, channels: int, N: int, frac_bits: int
     a = _op(ACC, 0)
     # Immediates: 0 log2(e), 1 two, 2 zero, 3 y0, 4.. the polynomial's coefficients.
     coeffs = [wide(c) for c in POLY_COEFFS]
-    out += [TImm(0, wide(math.log2(math.e))), TImm(1, 2 * one), TImm(2, 0), TImm(3, max(1, round(one / (G * N))))]
+    out += [TImm(0, wide(scale * math.log2(math.e))), TImm(1, 2 * one), TImm(2, 0), TImm(3, max(1, round(one / (G * N))))]
     out += [TImm(4 + k, c) for k, c in enumerate(coeffs)]
     log2e, two, zero, y0 = (_op(IMM, k) for k in range(4))
     if mask is not None:
