@@ -30,6 +30,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
+from systolix.arch import get_architecture
 from systolix.cli import main
 from systolix.codegen.tandem_softmax import POLY_REL_ERROR
 from systolix.compiler import compile_model
@@ -121,16 +122,17 @@ def context_bound(scores: np.ndarray, v: np.ndarray, H: int) -> np.ndarray:
     return out
 
 
-def check_block(model: onnx.ModelProto, x_name: str, prefix: str, H: int, xs: list[np.ndarray], tmp_path=None) -> None:
+def check_block(model: onnx.ModelProto, x_name: str, prefix: str, H: int, xs: list[np.ndarray], tmp_path=None,
+                arch=TANDEM) -> None:
     """The block from ``x_name`` to ``{prefix}_out_add`` on the accelerator, within the bound."""
     proj = [f"{prefix}_{p}_add" for p in "qkv"]
     ctx_name, out_name = f"{prefix}_context_reshape", f"{prefix}_out_add"
     block = extract(model, [x_name], [out_name])
     # dump_ir: every IR written and verified (compiler/verify.py) after every pass.
-    full = compile_model(block, TANDEM, host=False, dump_ir=tmp_path)
+    full = compile_model(block, arch, host=False, dump_ir=tmp_path)
     assert full.summary.host_nodes == []
-    projections = compile_model(extract(model, [x_name], proj), TANDEM, host=False)
-    context = compile_model(extract(model, [x_name], [ctx_name]), TANDEM, host=False)
+    projections = compile_model(extract(model, [x_name], proj), arch, host=False)
+    context = compile_model(extract(model, [x_name], [ctx_name]), arch, host=False)
     w = numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == f"{prefix}_out_W")).astype(np.float64)
     b = numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == f"{prefix}_out_B")).astype(np.float64)
     ort_ctx = extract(model, [x_name], [ctx_name, out_name])
@@ -154,6 +156,15 @@ def test_attention_block_on_the_accelerator_matches_onnxruntime(T, D, H, tmp_pat
     model = attention_graph(T, D, H, seed=T)
     rng = np.random.default_rng(T + 1)
     check_block(model, "x", "attn", H, [rng.normal(0, 1, (1, T, D)).astype(np.float32)], tmp_path)
+
+
+def test_query_tokens_in_bands_when_the_accumulators_are_small():
+    # 64 accumulators: the scores' tile (3 key groups x 40 tokens) is cut into bands of 18 tokens.
+    arch = get_architecture(TANDEM).model_copy(update={"accumulator_depth": 64})
+    model = attention_graph(40, 32, 2, seed=3)
+    assert [l.stages for l in compile_model(model, arch, host=False).summary.layers if l.name == "attn_scores"] == [3]
+    rng = np.random.default_rng(5)
+    check_block(model, "x", "attn", 2, [rng.normal(0, 1, (1, 40, 32)).astype(np.float32)], arch=arch)
 
 
 def test_bert_tiny_attention_block_matches_onnxruntime():
