@@ -205,3 +205,26 @@ def test_estimate_counts_the_transposes_and_softmax(tmp_path, capsys):
     tandem = json.loads(out.out)["units"]["tandem"]
     # One 16x16 tile transposed (2N = 32 clocks) and the softmax's exp loop over 16 tokens (14 a token).
     assert tandem["busy_cycles"] >= 32 + 16 * 14
+
+
+@pytest.mark.parametrize("arch", ["ultra96v2", TANDEM])
+def test_product_of_two_computed_token_tensors_needs_no_unit(arch):
+    """``[1, M, K] x [1, K, O]``, both computed: the right operand's pixels are the weight rows
+    (K = 20: a partial block), no Tandem instruction; within the products' roundings of NumPy's
+    product of the accelerator's own operands (K products, half an LSB each)."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu_a"), helper.make_node("Relu", ["y"], ["b"], name="relu_b"),
+             helper.make_node("MatMul", ["a", "b"], ["z"], name="product")]
+    g = helper.make_graph(nodes, "product", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 6, 20]),
+                                             helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 20, 24])],
+                          [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [1, 6, 24])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    compiled = compile_model(m, arch, host=False)
+    rng = np.random.default_rng(9)
+    x, y = rng.normal(0, 1, (1, 6, 20)).astype(np.float32), rng.normal(0, 1, (1, 20, 24)).astype(np.float32)
+    # Relu of FP16BP8 inputs: the operands as the accelerator holds them (inputs rounded half up).
+    a, b = (np.maximum(np.floor(v.astype(np.float64) * 256 + 0.5) / 256, 0) for v in (x, y))
+    z = np.asarray(compiled.run({"x": x, "y": y})["z"], np.float64)
+    assert np.abs(z - a @ b).max() <= 20 * HALF_LSB
+    ref = ort_run(m, {"x": x, "y": y})[0]
+    assert np.all(np.abs(z - ref) <= np.abs(a @ b - ref) + 20 * HALF_LSB)

@@ -158,7 +158,7 @@ def lower(node, lw) -> None:
     Op = -(-O // N) * N
     last = chain[0][-1] if chain else node
     name = last.outputs[0]
-    out = lw.new_act(name, B * Op, 1, M)
+    out = lw.new_act(name, (B - 1) * Op + O, 1, M)  # the last head's padding is the vectors' own
     layer = TensorMatMulLayer(node.name, lw.ref(node, 0).act, lw.ref(node, 1).act, out, B, geo["K"], O, geo["a_offset"],
                               geo["a_stride"], geo["b_offset"], geo["b_stride"], geo["transposed"], Op,
                               softmax=chain is not None, scale=chain[1] if chain else 1.0,
