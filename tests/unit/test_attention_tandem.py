@@ -11,8 +11,10 @@ product on the array rounded to within half an LSB, adds exact):
   ``2^-17``): ``dz = scale dS + 2^-17 / log2(e) range(S)`` (softmax ignores a common shift);
 * softmax: its Jacobian ``diag(p) - p p^T`` maps ``dz`` (max norm) to at most ``2 dz`` in the
   L1 norm of a row; the unit adds twice the exp polynomial's relative error (``sum p = 1``) and
-  8 wide steps plus half an LSB of output rounding per probability (``test_softmax_tandem``);
-* context ``C = P' V'``: ``|dC| <= ||dP||_1 max |V'| + T / 2`` LSB (``T`` rounded products).
+  8 wide steps plus the output's rounding per probability (``test_softmax_tandem``), saved times
+  ``2^k`` (``PROB_SHIFT``): half an LSB over ``2^k``;
+* context ``C = P' V' / 2^k``: ``|dC| <= ||dP||_1 max |V'| + (T / 2) / 2^k`` LSB (``T`` rounded
+  products) + half an LSB (the division's rounding).
 
 So ``|C_acc - C_ort| <= |attention(Q', K', V') - C_ort| + dC``: the first term is measured
 (NumPy on the accelerator's projections against onnxruntime), the second derived. The
@@ -34,6 +36,7 @@ from systolix.arch import get_architecture
 from systolix.cli import main
 from systolix.codegen.tandem_softmax import POLY_REL_ERROR
 from systolix.compiler import compile_model
+from systolix.lowering.ops.attention import PROB_SHIFT
 from systolix.models import build
 
 pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
@@ -114,11 +117,11 @@ def context_bound(scores: np.ndarray, v: np.ndarray, H: int) -> np.ndarray:
     dS = dh * HALF_LSB
     spread = scores.max(axis=2) - scores.min(axis=2) + 2 * dS  # [H, T]
     dz = scale * dS + 2.0 ** -17 / np.log2(np.e) * spread
-    dp_l1 = 2 * dz + 2 * POLY_REL_ERROR + T * (8 * 2.0 ** -16 + HALF_LSB)  # [H, T]
+    dp_l1 = 2 * dz + 2 * POLY_REL_ERROR + T * (8 * 2.0 ** -16 + HALF_LSB / 2 ** PROB_SHIFT)  # [H, T]
     out = np.zeros((T, D))
     for h in range(H):
         sl = slice(h * dh, (h + 1) * dh)
-        out[:, sl] = dp_l1[h][:, None] * np.abs(v[:, sl]).max(axis=0)[None, :] + T * HALF_LSB
+        out[:, sl] = dp_l1[h][:, None] * np.abs(v[:, sl]).max(axis=0)[None, :] + T * HALF_LSB / 2 ** PROB_SHIFT + HALF_LSB
     return out
 
 

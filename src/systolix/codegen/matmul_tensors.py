@@ -17,7 +17,8 @@ from systolix.codegen.tandem_softmax import softmax_program
 from systolix.ir.hir import TensorMatMulLayer
 from systolix.ir.lir import ACCUMULATORS, CONSTS, LOCAL, ZEROES, LoadWeights, raw_of
 from systolix.ir.plan import LayerPlan, MemoryMap
-from systolix.isa.tandem import Namespace, TIterBase, TIterStride, TLoop, TOperand, TPermute, TPermuteOp, TSync, TSyncKind
+from systolix.isa.tandem import (
+    Namespace, TAlu, TAluOp, TImm, TIterBase, TIterStride, TLoop, TOperand, TPermute, TPermuteOp, TSync, TSyncKind)
 from systolix.planning.matmul_tensors import geometry, masked
 
 
@@ -27,6 +28,15 @@ def transpose_tiles(src: int, dst: int, tiles: int, N: int) -> list:
     L = Namespace.LOCAL
     return [TSync(TSyncKind.TO_UNIT), TIterBase(L, 0, src), TIterStride(L, 0, 0, N), TIterBase(L, 1, dst),
             TIterStride(L, 1, 0, N), TLoop(0, tiles, 1), TPermute(TPermuteOp.TRANSPOSE, TOperand(L, 1), TOperand(L, 0)),
+            TSync(TSyncKind.TO_ARRAY)]
+
+
+def shift_right(acc: int, count: int, shift: int, frac_bits: int) -> list:
+    """Tandem instructions: accumulators ``acc..acc+count`` divided by ``2^shift`` in place (exact
+    in the wide type, one rounding half to even on the write)."""
+    A = Namespace.ACC
+    return [TSync(TSyncKind.TO_UNIT), TIterBase(A, 0, acc), TIterStride(A, 0, 0, 1), TIterStride(A, 0, 1, 0),
+            TImm(0, -shift << (2 * frac_bits)), TLoop(0, count, 1), TAlu(TAluOp.SHIFT, TOperand(A, 0), TOperand(A, 0), TOperand(Namespace.IMM, 0)),
             TSync(TSyncKind.TO_ARRAY)]
 
 
@@ -87,7 +97,9 @@ def emit_matmul_tensors(layer: TensorMatMulLayer, plan: LayerPlan, consts, memor
                     load_rows(e, block, rows)
                     e.matmul(a_local + i * R, ACCUMULATORS + j * R, R, 1, accumulate=i > 0)
             if layer.softmax:
-                e.out.extend(softmax_program(raw_of(ACCUMULATORS), Og, O, N, frac, mask, R, layer.scale))
+                e.out.extend(softmax_program(raw_of(ACCUMULATORS), Og, O, N, frac, mask, R, layer.scale, layer.out_shift))
+            if layer.a_shift:
+                e.out.extend(shift_right(raw_of(ACCUMULATORS), Og * R, layer.a_shift, frac))
             e.move(ACCUMULATORS, staging, Og * R)
             for j in range(Og):
                 e.move(staging + j * R, ob + (h * Og + j) * ogs + m0 * ows, R, 1, ows)

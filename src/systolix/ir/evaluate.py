@@ -176,7 +176,8 @@ def _matmul_tensors(ev: Evaluation, layer: TensorMatMulLayer) -> np.ndarray:
         y = a_h @ b_h
         if layer.softmax:
             z = layer.scale * (y - y.max(axis=1, keepdims=True))
-            y = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+            y = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True) * 2.0 ** layer.out_shift
+        y = y / 2.0 ** layer.a_shift
         out[h * layer.out_stride:h * layer.out_stride + layer.O] = y.T
     return out.reshape(layer.output.C, layer.output.H, layer.output.W)
 

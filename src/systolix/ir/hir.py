@@ -378,7 +378,9 @@ class TensorMatMulLayer(Layer):
     ``b_offset + h b_stride + k`` of pixel ``o`` (its tiles transposed by the Tandem unit's permute
     engine first: ``Q x K^T``). ``out_h[m, o]`` is channel ``h out_stride + o`` of pixel ``m``
     (``out_stride``: ``O`` rounded up to whole vectors; the padding channels hold zeros).
-    ``softmax``: then ``softmax(scale out_h)`` over ``o`` on the Tandem unit, before the save.
+    ``softmax``: then ``softmax(scale out_h)`` over ``o`` on the Tandem unit, before the save,
+    times ``2^out_shift`` (probabilities with more fraction bits); ``a_shift``: ``a`` holds such
+    probabilities, the product is divided by ``2^a_shift`` (on the unit, one rounding) before the save.
     """
 
     name: str
@@ -396,6 +398,8 @@ class TensorMatMulLayer(Layer):
     out_stride: int
     softmax: bool = False
     scale: float = 1.0
+    out_shift: int = 0
+    a_shift: int = 0
     ops: list[str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
     macs: int = 0
@@ -417,5 +421,7 @@ class TensorMatMulLayer(Layer):
         b_kind = "b's tiles transposed (Tandem permute engine)" if self.transposed else "b's pixels as weight rows"
         line = f"{self.heads} heads of [{self.a.P}, {self.K}] x [{self.K}, {self.O}], {b_kind}"
         if self.softmax:
-            line += f", then softmax of {self.scale:g} x over each row (Tandem unit)"
+            line += f", then softmax of {self.scale:g} x over each row (Tandem unit)" + (f" x 2^{self.out_shift}" if self.out_shift else "")
+        if self.a_shift:
+            line += f", then / 2^{self.a_shift} (Tandem unit)"
         return [line]

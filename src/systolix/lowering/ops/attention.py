@@ -35,6 +35,11 @@ from systolix.ir.hir import TensorMatMulLayer
 from systolix.ir.layout import canonical_chw, canonical_elements
 from systolix.lowering.state import Ref
 
+PROB_SHIFT = 2
+"""Attention's probabilities are saved times ``2^PROB_SHIFT`` (two more fraction bits: a probability
+near ``1/T`` has few) and the context MatMul divides its sums by it; its partial sums stay in
+range while the probability-weighted mean of ``|V|`` is below ``128 / 2^PROB_SHIFT`` = 32."""
+
 HEADS = ("its heads must be channel-group slices of a token tensor [1, T, D] (Reshape [1, T, H, Dh] and Transpose, "
          "Dh a multiple of the array's {N} lanes)")
 
@@ -101,6 +106,28 @@ def operands(node, lw):
                 b_stride=b_heads[1], transposed=transposed)
 
 
+def _rows_operand(node, lw, index: int) -> bool:
+    """Input ``index`` is a head view whose pixels are the contraction (``P x V``'s V)."""
+    if node.inputs[index] not in lw.refs:
+        return False
+    _, _, _, c, p = _split(lw.refs[node.inputs[index]], lw.N, "right")
+    return _pixels_along(p, 1) and _heads(c, 2, lw.N) is not None
+
+
+def probability_shift(softmax, lw) -> int:
+    """``PROB_SHIFT`` when the Softmax's only reader is the next node, a MatMul taking it as the
+    left operand and a head view as the right (the context, which divides the shift out), else 0."""
+    nodes = lw.g.nodes
+    at = next(k for k, n in enumerate(nodes) if n is softmax)
+    users = lw.consumers.get(softmax.outputs[0], [])
+    if (softmax.outputs[0] in lw.outputs or len(users) != 1 or at + 1 >= len(nodes) or nodes[at + 1] is not users[0]
+            or lw.tandem.immediates < 10):
+        return 0
+    u = users[0]
+    ok = u.op_type == "MatMul" and u.inputs[0] == softmax.outputs[0] and lw.g.const(u.inputs[1]) is None
+    return PROB_SHIFT if ok and _rows_operand(u, lw, 1) else 0
+
+
 def softmax_chain(node, lw):
     """``(nodes, scale)``: an optional Div/Mul of the product by a positive scalar and a
     Softmax over its last axis, the product's only readers, right after it in the graph; or None."""
@@ -159,9 +186,13 @@ def lower(node, lw) -> None:
     last = chain[0][-1] if chain else node
     name = last.outputs[0]
     out = lw.new_act(name, (B - 1) * Op + O, 1, M)  # the last head's padding is the vectors' own
+    out_shift = probability_shift(last, lw) if chain else 0
+    if out_shift:
+        lw.scaled[name] = out_shift
     layer = TensorMatMulLayer(node.name, lw.ref(node, 0).act, lw.ref(node, 1).act, out, B, geo["K"], O, geo["a_offset"],
                               geo["a_stride"], geo["b_offset"], geo["b_stride"], geo["transposed"], Op,
-                              softmax=chain is not None, scale=chain[1] if chain else 1.0,
+                              softmax=chain is not None, scale=chain[1] if chain else 1.0, out_shift=out_shift,
+                              a_shift=lw.scaled.get(node.inputs[0], 0),
                               ops=["MatMul"] + [n.op_type for n in (chain[0] if chain else [])],
                               nodes=[node.name] + [n.name for n in (chain[0] if chain else [])], macs=B * M * geo["K"] * O)
     lw.layers.append(layer)
