@@ -231,3 +231,13 @@ def test_product_of_two_computed_token_tensors_needs_no_unit(arch):
     assert np.abs(z - a @ b).max() <= 20 * HALF_LSB
     ref = ort_run(m, {"x": x, "y": y})[0]
     assert np.all(np.abs(z - ref) <= np.abs(a @ b - ref) + 20 * HALF_LSB)
+
+
+def test_every_strategy_computes_the_same():
+    """The mask from the constants in local memory (local-consts) or DRAM1, the operands from DRAM0
+    either way: bit for bit the same outputs."""
+    model = attention_graph(20, 32, 2, seed=20)
+    x = np.random.default_rng(1).normal(0, 1, (1, 20, 32)).astype(np.float32)
+    outs = [np.asarray(compile_model(model, TANDEM, host=False, strategy=s).run({"x": x})["attn_out_add"])
+            for s in ("local-isolated", "local-vars-and-consts")]
+    np.testing.assert_array_equal(outs[0], outs[1])
