@@ -241,3 +241,23 @@ def test_every_strategy_computes_the_same():
     outs = [np.asarray(compile_model(model, TANDEM, host=False, strategy=s).run({"x": x})["attn_out_add"])
             for s in ("local-isolated", "local-vars-and-consts")]
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_probabilities_read_elsewhere_are_saved_unscaled():
+    """The Softmax's output also a model output: saved as probabilities (no 2^k for the context),
+    each within half an LSB + half the scores' error (``dz / 2``: the Jacobian's max-norm bound) +
+    the unit's arithmetic of NumPy's softmax on the accelerator's own projections."""
+    model = attention_graph(16, 32, 2, seed=6)
+    model.graph.output.append(helper.make_tensor_value_info("attn_softmax", onnx.TensorProto.FLOAT, [1, 2, 16, 16]))
+    compiled = compile_model(model, TANDEM, host=False)
+    projections = compile_model(extract(model, ["x"], [f"attn_{p}_add" for p in "qkv"]), TANDEM, host=False)
+    x = np.random.default_rng(6).normal(0, 1, (1, 16, 32)).astype(np.float32)
+    p_acc = np.asarray(compiled.run({"x": x})["attn_softmax"], np.float64).reshape(2, 16, 16)
+    pr = projections.run({"x": x})
+    q, k, v = (np.asarray(pr[f"attn_{p}_add"], np.float64).reshape(16, 32) for p in "qkv")
+    _, scores = softmax_attention(q, k, v, 2)
+    z = scores / 4
+    p_np = np.exp(z - z.max(axis=2, keepdims=True))
+    p_np /= p_np.sum(axis=2, keepdims=True)
+    dz = 16 * HALF_LSB / 4 + 2.0 ** -17 / np.log2(np.e) * (np.ptp(scores, axis=2, keepdims=True) + 16 * LSB)
+    assert np.all(np.abs(p_acc - p_np) <= HALF_LSB + dz / 2 + 2 * POLY_REL_ERROR + 8 * 2.0 ** -16)

@@ -124,7 +124,10 @@ def probability_shift(softmax, lw) -> int:
             or lw.tandem.immediates < 10):
         return 0
     u = users[0]
-    ok = u.op_type == "MatMul" and u.inputs[0] == softmax.outputs[0] and lw.g.const(u.inputs[1]) is None
+    ok = (u.op_type == "MatMul" and u.inputs[0] == softmax.outputs[0] and lw.g.const(u.inputs[1]) is None
+          and u.inputs[1] in lw.refs and tuple(lw.refs[u.inputs[1]].shape[:-2]) == tuple(lw.shape(softmax.outputs[0])[:-2])
+          and lw.refs[u.inputs[1]].shape[-2] == lw.shape(softmax.outputs[0])[-1])
+    # ... so that the MatMul's own check accepts it (else the host would read scaled probabilities)
     return PROB_SHIFT if ok and _rows_operand(u, lw, 1) else 0
 
 
