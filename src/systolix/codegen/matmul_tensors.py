@@ -36,7 +36,8 @@ def shift_right(acc: int, count: int, shift: int, frac_bits: int) -> list:
     in the wide type, one rounding half to even on the write)."""
     A = Namespace.ACC
     return [TSync(TSyncKind.TO_UNIT), TIterBase(A, 0, acc), TIterStride(A, 0, 0, 1), TIterStride(A, 0, 1, 0),
-            TImm(0, -shift << (2 * frac_bits)), TLoop(0, count, 1), TAlu(TAluOp.SHIFT, TOperand(A, 0), TOperand(A, 0), TOperand(Namespace.IMM, 0)),
+            TImm(0, -shift << (2 * frac_bits)), TLoop(0, count, 1),
+            TAlu(TAluOp.SHIFT, TOperand(A, 0), TOperand(A, 0), TOperand(Namespace.IMM, 0)),
             TSync(TSyncKind.TO_ARRAY)]
 
 
