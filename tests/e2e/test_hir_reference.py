@@ -16,9 +16,10 @@ from tests.onnx_builders import ir_of
 pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
 
 # Every model the accelerator runs whole (gemm_transa runs on the host); ResNet-50 is slow to build
-# (the classic zoo's models have host nodes: tests/e2e/test_classic_zoo.py).
+# (the classic zoo's models have host nodes: tests/e2e/test_classic_zoo.py; the transformers run whole
+# only with the Tandem unit: tests/e2e/test_transformers.py).
 CASES = [n for n in M.names() if not n.startswith(("host/", "bad/")) and n not in ("ops/gemm_transa", "resnet50v2")
-         and M.MODELS[n].family != "classic"]
+         and M.MODELS[n].family not in ("classic", "transformer")]
 
 
 @pytest.mark.parametrize("name", CASES)

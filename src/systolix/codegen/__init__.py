@@ -6,6 +6,8 @@ from __future__ import annotations
 from systolix.codegen.conv import emit_conv
 from systolix.codegen.emitter import Emitter
 from systolix.codegen.movement import emit_maxpool, emit_pixelmix, emit_remap, emit_shuffle
+from systolix.codegen.matmul_tensors import emit_matmul_tensors
+from systolix.ir.hir import TensorMatMulLayer
 from systolix.ir.hir import ConvLayer, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
 from systolix.ir.layout import canonical_chw
 from systolix.ir.lir import LayerRecord, LirProgram, TensorPlacement
@@ -13,6 +15,7 @@ from systolix.ir.plan import Plan
 
 EMITTERS = {ConvLayer: emit_conv, MaxPoolLayer: emit_maxpool, PixelMixLayer: emit_pixelmix, ShuffleLayer: emit_shuffle,
             RemapLayer: emit_remap}
+EMITTERS[TensorMatMulLayer] = emit_matmul_tensors
 
 
 def _placements(plan: Plan, acts: dict, shapes: dict) -> list[TensorPlacement]:

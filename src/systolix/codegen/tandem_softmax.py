@@ -51,13 +51,17 @@ def _op(ns: Namespace, k: int) -> TOperand:
 ACC, INTERIM, IMM = Namespace.ACC, Namespace.INTERIM, Namespace.IMM
 
 
-def softmax_program(acc: int, groups: int, channels: int, N: int, frac_bits: int, mask: int | None, pixels: int = 1) -> list:
+def softmax_program(acc: int, groups: int, channels: int, N: int, frac_bits: int, mask: int | None, pixels: int = 1,
+                    scale: float = 1.0, out_shift: int = 0) -> list:
     """Tandem instructions for softmax over ``channels`` channels of each of ``pixels`` pixels,
     group by group from raw accumulator address ``acc`` (group ``g`` of pixel ``p`` at
     ``acc + g pixels + p``); ``mask``: raw accumulator address of two vectors (1.0 on the last
     group's real lanes, 0 on padding; 0 on real lanes, -128 on padding), or None when
     ``channels`` fills every group. ``frac_bits``: the data type's (the wide type has twice).
-    The pixels are a hardware loop (level 1) around the whole computation."""
+    The pixels are a hardware loop (level 1) around the whole computation. ``scale`` (positive):
+    the softmax of ``scale x`` (attention's ``1/sqrt(Dh)``), folded into the ``log2 e`` factor.
+    ``out_shift``: the probabilities times ``2^out_shift`` (more fraction bits for a consumer that
+    divides them out; immediate slot 9)."""
     G = groups
     one = 1 << (2 * frac_bits)  # the wide type's 1.0
     wide = lambda v: int(round(v * one))  # noqa: E731
@@ -74,8 +78,10 @@ def softmax_program(acc: int, groups: int, channels: int, N: int, frac_bits: int
     a = _op(ACC, 0)
     # Immediates: 0 log2(e), 1 two, 2 zero, 3 y0, 4.. the polynomial's coefficients.
     coeffs = [wide(c) for c in POLY_COEFFS]
-    out += [TImm(0, wide(math.log2(math.e))), TImm(1, 2 * one), TImm(2, 0), TImm(3, max(1, round(one / (G * N))))]
+    out += [TImm(0, wide(scale * math.log2(math.e))), TImm(1, 2 * one), TImm(2, 0), TImm(3, max(1, round(one / (G * N))))]
     out += [TImm(4 + k, c) for k, c in enumerate(coeffs)]
+    if out_shift:
+        out.append(TImm(4 + len(coeffs), out_shift * one))
     log2e, two, zero, y0 = (_op(IMM, k) for k in range(4))
     if mask is not None:
         out += [TIterBase(ACC, 1, mask), TIterBase(ACC, 2, mask + 1)]
@@ -101,6 +107,8 @@ def softmax_program(acc: int, groups: int, channels: int, N: int, frac_bits: int
     # 5. 1 / sum by Newton.
     out += [TAlu(TAluOp.MOVE, y, y0), TLoop(0, newton_steps(G, N), 3), TAlu(TAluOp.MUL, tmp, s, y),
             TAlu(TAluOp.SUB, tmp, two, tmp), TAlu(TAluOp.MUL, y, y, tmp)]
+    if out_shift:
+        out.append(TAlu(TAluOp.SHIFT, y, y, _op(IMM, 4 + len(coeffs))))
     # 6. The probabilities, rounded once into the accumulators.
     out += [TLoop(0, G, 1), TAlu(TAluOp.MUL, a, xs, y)]
     if pixels > 1:  # the same for every pixel: acc.0 steps by 1 at level 1, the rest is scratch

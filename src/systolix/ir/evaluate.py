@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from systolix.ir.hir import Activation, ConvLayer, HirProgram, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
+from systolix.ir.hir import (
+    Activation, ConvLayer, HirProgram, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer, TensorMatMulLayer)
 from systolix.ir.layout import canonical_elements
 
 
@@ -161,7 +162,24 @@ def run_layer(ev: Evaluation, layer, index: int) -> np.ndarray:
         return value
     if isinstance(layer, ShuffleLayer):
         return ev.read(layer.input).reshape(-1)[layer.source]
+    if isinstance(layer, TensorMatMulLayer):
+        return _matmul_tensors(ev, layer)
     raise TypeError(f"unknown layer {layer!r}")  # pragma: no cover
+
+
+def _matmul_tensors(ev: Evaluation, layer: TensorMatMulLayer) -> np.ndarray:
+    a = ev.read(layer.a).reshape(layer.a.C, -1)
+    b = ev.read(layer.b).reshape(layer.b.C, -1)
+    out = np.zeros((layer.output.C, layer.output.P))
+    for h in range(layer.heads):
+        a_h, b_h = layer.head_operands(a, b, h)
+        y = a_h @ b_h
+        if layer.softmax:
+            z = layer.scale * (y - y.max(axis=1, keepdims=True))
+            y = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True) * 2.0 ** layer.out_shift
+        y = y / 2.0 ** layer.a_shift
+        out[h * layer.out_stride:h * layer.out_stride + layer.O] = y.T
+    return out.reshape(layer.output.C, layer.output.H, layer.output.W)
 
 
 def run_reference(hir: HirProgram, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

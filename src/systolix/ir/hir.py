@@ -365,3 +365,63 @@ class HirProgram(Structural):
                 text += "\n    weights rounded to the samples (GPTQ)"
             lines.append(f"{k:4d} {text}")
         return "\n".join(lines) + "\n"
+
+
+@dataclass(eq=False)
+class TensorMatMulLayer(Layer):
+    """A batched product of two computed tensors, per head ``h < heads`` (attention's scores and
+    context; ``systolix.lowering.ops.attention``): ``out_h = a_h @ b_h``, ``[M, K] @ [K, O]``.
+
+    ``a_h[m, k]`` is channel ``a_offset + h a_stride + k`` of pixel ``m`` of ``a`` (streamed
+    through the array); ``b_h[k, o]`` is channel ``b_offset + h b_stride + o`` of pixel ``k`` of
+    ``b`` (its pixels are the weight rows: ``P x V``) or, ``transposed``, channel
+    ``b_offset + h b_stride + k`` of pixel ``o`` (its tiles transposed by the Tandem unit's permute
+    engine first: ``Q x K^T``). ``out_h[m, o]`` is channel ``h out_stride + o`` of pixel ``m``
+    (``out_stride``: ``O`` rounded up to whole vectors; the padding channels hold zeros).
+    ``softmax``: then ``softmax(scale out_h)`` over ``o`` on the Tandem unit, before the save,
+    times ``2^out_shift`` (probabilities with more fraction bits); ``a_shift``: ``a`` holds such
+    probabilities, the product is divided by ``2^a_shift`` (on the unit, one rounding) before the save.
+    """
+
+    name: str
+    a: Activation
+    b: Activation
+    output: Activation
+    heads: int
+    K: int
+    O: int
+    a_offset: int
+    a_stride: int
+    b_offset: int
+    b_stride: int
+    transposed: bool
+    out_stride: int
+    softmax: bool = False
+    scale: float = 1.0
+    out_shift: int = 0
+    a_shift: int = 0
+    ops: list[str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    macs: int = 0
+
+    kind = "matmul_tensors"
+
+    def reads(self) -> list[Activation]:
+        return [self.a, self.b]
+
+    def head_operands(self, a: np.ndarray, b: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(a_h [M, K], b_h [K, O])`` from ``a`` and ``b`` as ``[C, P]`` arrays."""
+        ca = self.a_offset + h * self.a_stride
+        cb = self.b_offset + h * self.b_stride
+        a_h = a[ca:ca + self.K].T
+        b_h = b[cb:cb + self.K, :self.O] if self.transposed else b[cb:cb + self.O, :self.K].T
+        return a_h, b_h
+
+    def details(self) -> list[str]:
+        b_kind = "b's tiles transposed (Tandem permute engine)" if self.transposed else "b's pixels as weight rows"
+        line = f"{self.heads} heads of [{self.a.P}, {self.K}] x [{self.K}, {self.O}], {b_kind}"
+        if self.softmax:
+            line += f", then softmax of {self.scale:g} x over each row (Tandem unit)" + (f" x 2^{self.out_shift}" if self.out_shift else "")
+        if self.a_shift:
+            line += f", then / 2^{self.a_shift} (Tandem unit)"
+        return [line]

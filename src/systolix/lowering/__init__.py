@@ -22,6 +22,8 @@ from systolix.numerics import DataType
 
 def lower_node(node: Node, lw: Lowering) -> None:
     """Lower one node its handler accepted."""
+    if node.outputs and node.outputs[0] in lw.claimed:
+        return  # lowered with the node before it
     HANDLERS[node.op_type].lower(node, lw)
 
 

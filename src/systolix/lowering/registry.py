@@ -45,6 +45,8 @@ def handles(*ops: str):
 
 def unsupported_reason(node: Node, lw) -> str | None:
     """Why ``node`` cannot run on the accelerator here, or None (the support table's verdict)."""
+    if node.outputs and node.outputs[0] in getattr(lw, "claimed", ()):
+        return None  # lowered with the node before it
     handler = HANDLERS.get(node.op_type)
     if handler is None:
         return NO_IMPLEMENTATION

@@ -76,6 +76,11 @@ class Lowering:
         self.inputs: dict[str, Activation] = {}
         # onnxruntime probes (resize weights) by node: a compile lowers a segment more than once
         self.probes = probes if probes is not None else {}
+        # Outputs of nodes another node's handler lowered with its own (attention's scale and Softmax):
+        # accepted and lowered as nothing.
+        self.claimed: set[str] = set()
+        # Attention's probabilities saved times 2^k for the context MatMul that reads them: tensor -> k.
+        self.scaled: dict[str, int] = {}
 
     # --- support checks ----------------------------------------------------------------------
     def input_reason(self, node: Node, index: int = 0) -> str | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from systolix.ir.hir import Activation, HirProgram, PixelMixLayer, RemapLayer, ShuffleLayer
+from systolix.ir.hir import Activation, HirProgram, PixelMixLayer, RemapLayer, ShuffleLayer, TensorMatMulLayer
 from systolix.ir.plan import MemoryMap, Place, Plan
 from systolix.planning.errors import SchedulingError
 
@@ -98,7 +98,7 @@ def allocate_local_vars(hir: HirProgram, start: int, local_depth: int, places: d
     capacity = (local_depth - start) // 2
     excluded = {id(a.root()[0]) for a in list(hir.inputs.values()) + list(hir.outputs.values())}
     for layer in hir.layers:
-        if isinstance(layer, (RemapLayer, PixelMixLayer, ShuffleLayer)):
+        if isinstance(layer, (RemapLayer, PixelMixLayer, ShuffleLayer, TensorMatMulLayer)):
             excluded.update(id(a.root()[0]) for a in layer.reads() + [layer.output])
     first: dict[int, int] = {}
     last: dict[int, int] = {}

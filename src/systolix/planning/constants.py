@@ -25,6 +25,8 @@ from systolix.ir.plan import (
 )
 from systolix.ir.postops import ConstantSink
 from systolix.numerics import DataType, to_fixed
+from systolix.ir.hir import TensorMatMulLayer
+from systolix.planning.matmul_tensors import matmul_tensors_constants
 
 
 class ImageBuilder:
@@ -141,6 +143,7 @@ def shuffle_constants(layer: ShuffleLayer, b: ImageBuilder) -> ShuffleConstants:
 
 
 CONSTANTS = {ConvLayer: conv_constants, PixelMixLayer: pixelmix_constants, ShuffleLayer: shuffle_constants}
+CONSTANTS[TensorMatMulLayer] = matmul_tensors_constants
 
 
 def place_constants(hir: HirProgram, ctx) -> Plan:

@@ -21,6 +21,8 @@ from systolix.ir.hir import ConvLayer, MaxPoolLayer, PixelMixLayer, RemapLayer, 
 from systolix.ir.lir import Memory
 from systolix.ir.plan import BANDS, ROWS_THEN_GROUPS, Buffer, LayerPlan, Plan, Stage
 from systolix.planning.errors import SchedulingError
+from systolix.ir.hir import TensorMatMulLayer
+from systolix.planning.matmul_tensors import matmul_tensors
 
 
 @dataclass(eq=False)
@@ -324,6 +326,7 @@ def remap(layer: RemapLayer, consts, plan: Plan, arch, consts_local: bool) -> La
 
 
 TILERS = {ConvLayer: conv, MaxPoolLayer: maxpool, PixelMixLayer: pixelmix, ShuffleLayer: shuffle, RemapLayer: remap}
+TILERS[TensorMatMulLayer] = matmul_tensors
 
 
 def tile_layers(plan: Plan, ctx) -> Plan:

@@ -14,6 +14,7 @@ from systolix.errors import SystolixError
 from systolix.ir.hir import ConvInput, ConvLayer, PixelMixLayer
 from systolix.ir.layout import canonical_chw
 from systolix.ir.postops import AddConstant
+from systolix.lowering.ops import attention
 from systolix.lowering.registry import OpHandler, handles
 
 
@@ -109,6 +110,8 @@ class MatMul(OpHandler):
         if a is not None and np.ndim(a) == 2 and lw.opt_const(node, 1) is None and node.inputs[1] not in lw.refs:
             return lw.input_reason(node, 1)
         b = lw.opt_const(node, 1)
+        if b is None and a is None:
+            return attention.check(node, lw)  # two computed tensors: attention's products
         if b is None:
             return "only a MatMul with a constant operand runs on the accelerator"
         if np.ndim(b) != 2:
@@ -125,6 +128,9 @@ class MatMul(OpHandler):
             mm, kk = np.nonzero(a)
             lw.add(PixelMixLayer(node.name, x, out, mm, kk, a[mm, kk].astype(np.float32), ops=["MatMul"], nodes=[node.name],
                                  macs=int(M_ * K * x.C)), node.outputs[0])
+            return
+        if lw.opt_const(node, 0) is None and lw.opt_const(node, 1) is None:
+            attention.lower(node, lw)
             return
         b = np.asarray(lw.const(node, 1), np.float32)
         dense_layer(node, lw, 0, b, np.zeros(b.shape[1], np.float32), "MatMul")
