@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from systolix.codegen.tandem_layer_norm import RSQRT_COEFFS, range_exponents, rsqrt_newton_steps
 from systolix.codegen.tandem_softmax import POLY_COEFFS
 from systolix.isa.tandem import (
@@ -142,9 +140,9 @@ class _Builder:
         self.alu(TAluOp.MUL, out, x, s)
 
 
-def _sqrt(b: _Builder, out: TOperand, x: TOperand, width: int, frac_bits: int, table: int) -> None:
+def _sqrt(b: _Builder, out: TOperand, x: TOperand, width: int, frac_bits: int) -> None:
     """``out = sqrt(max(x, 0))``: ``x r``, ``r = 1/sqrt(x)`` by counting the powers of 4 below
-    ``x`` (a table at interim ``table``, walked by iterator 31 at level 0), Newton on the reduced value."""
+    ``x`` (a table in interim walked by iterator 31 at level 0), Newton on the reduced value."""
     lowest, highest = range_exponents(width, frac_bits)
     v, cnt, tmp, m, h, y, negk = (b.reg(n) for n in ("v", "cnt", "tmp", "m", "h", "y", "negk"))
     thr = TOperand(INTERIM, 31)
@@ -178,7 +176,7 @@ def elementwise_program(function: str, acc: int, vectors: int, width: int, frac_
         first = TOperand(INTERIM, 30)
         setup += [TIterBase(INTERIM, 30, table), TIterStride(INTERIM, 30, 0, 1), TIterBase(INTERIM, 31, table),
                   TIterStride(INTERIM, 31, 0, 1)]
-        _sqrt(b, x, x, width, frac_bits, table)
+        _sqrt(b, x, x, width, frac_bits)
         four, start = b.imm(4.0), b.imm(4.0 ** (lowest + 1))
         nxt = TOperand(INTERIM, 29)
         setup += [TIterBase(INTERIM, 29, table + 1), TIterStride(INTERIM, 29, 0, 1), TAlu(TAluOp.MOVE, first, start)]
@@ -233,25 +231,3 @@ def channel_max_program(acc: int, groups: int, pixels: int, mask: int | None) ->
 def interim_vectors(function: str, width: int, frac_bits: int) -> int:
     lowest, highest = range_exponents(width, frac_bits)
     return 32 + (highest - lowest) if function == "sqrt" else 32
-
-
-def clocks_per_vector(function: str, width: int, frac_bits: int) -> int:
-    """The unit's clocks for one vector (docs/tandem.md's table: a Div ``2w``, the rest one)."""
-    program = elementwise_program(function, 0, 1, width, frac_bits)
-    start = next(i for i, ins in enumerate(program) if isinstance(ins, TLoop) and ins.level == 1)
-    total, i, body = 0, start + 1, program[start + 1: -1]
-    del i
-    k = 0
-    while k < len(body):
-        ins = body[k]
-        if isinstance(ins, TLoop):
-            inner = body[k + 1: k + 1 + ins.body]
-            total += 1 + ins.iterations * sum(2 * width if isinstance(j, TAlu) and j.op == TAluOp.DIV else 1 for j in inner)
-            k += 1 + ins.body
-            continue
-        total += 2 * width if isinstance(ins, TAlu) and ins.op == TAluOp.DIV else 1
-        k += 1
-    return total
-
-
-__all__ = ["elementwise_program", "divide_program", "interim_vectors", "clocks_per_vector", "FUNCTIONS", "ERFC_ERROR", "np"]
