@@ -15,6 +15,11 @@ from systolix.ir.lir import ACCUMULATORS, CONSTS, LOCAL, ZEROES
 from systolix.ir.plan import ConvConstants, LayerPlan, MemoryMap
 
 
+BIAS_IN_BLOCK = True
+"""Load the bias with a block that covers the stage tile (False: a pass of zeros writes the bias
+first, as before; kept so that tests can measure the difference)."""
+
+
 @dataclass
 class Tile:
     """What a post-op's ``emit`` works on (``systolix.ir.postops``): output groups ``go0..go1``
@@ -152,8 +157,9 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
                 # output of the stage: that block's MatMul writes bias + products over the whole
                 # tile and the others add to it, instead of a pass of zeros for the bias alone
                 # (one accumulator and array clock a vector, and a weight load, saved).
-                with_bias = next((j for j in chunks[0] if vh[blocks[j][1]][0] <= oh0 and vh[blocks[j][1]][1] >= oh1
-                                  and vw[blocks[j][2]] == (0, OW)), None)
+                covering = [j for j in chunks[0] if vh[blocks[j][1]][0] <= oh0 and vh[blocks[j][1]][1] >= oh1
+                            and vw[blocks[j][2]] == (0, OW)]
+                with_bias = covering[0] if covering and BIAS_IN_BLOCK else None
                 for ci, chunk in enumerate(chunks):
                     if to_local is None:
                         first = bias_addr if ci == 0 else block_addrs[chunk[0]]
