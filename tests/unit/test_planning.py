@@ -84,7 +84,9 @@ def test_the_constant_image_holds_the_rounded_weights_block_by_block():
 def test_pooling_taps_share_one_weight_block_loaded_once():
     # A 4x4 GlobalAveragePool is a diagonal conv with 16 taps, all the same block (2^-shift on
     # the diagonal): stored once in the image and loaded into the array once; the 16 MatMuls
-    # reuse it (the array keeps its weights until the next LoadWeights).
+    # reuse it (the array keeps its weights until the next LoadWeights). The first is loaded with
+    # the bias row (one load of bias and block, stored next to each other) and writes the tile;
+    # the block is loaded again without it for the 15 that add.
     m = make_model([helper.make_node("GlobalAveragePool", ["x"], ["y"])], [("x", [1, 8, 4, 4])], [("y", None)], {})
     lir = ir_of(m, until="roll up")
     shift = 2  # floor(log2(16)) - 2: the running sum stays in range
@@ -94,9 +96,9 @@ def test_pooling_taps_share_one_weight_block_loaded_once():
     np.testing.assert_array_equal(lir.consts[1:1 + N], np.diag(np.full(N, 256 >> shift)))
     np.testing.assert_array_equal(lir.consts[1 + N:], [np.full(N, 256), np.full(N, 64)])
     loads = [i for i in lir.instructions if isinstance(i, LoadWeights) and i.local != Z]
-    assert len(loads) == 2  # the bias row and the one block
-    matmuls = [i for i in lir.instructions if isinstance(i, MatMul) and i.local != Z]
-    assert len(matmuls) == 16 and all(i.accumulate for i in matmuls)
+    assert [(i.local, i.count) for i in loads] == [(loads[0].local, N + 1), (loads[0].local + 1, N)]
+    matmuls = [i for i in lir.instructions if isinstance(i, MatMul)]
+    assert len(matmuls) == 16 and not matmuls[0].accumulate and all(i.accumulate for i in matmuls[1:])
 
 
 def test_activations_share_dram0_once_dead():

@@ -15,6 +15,11 @@ from systolix.ir.lir import ACCUMULATORS, CONSTS, LOCAL, ZEROES
 from systolix.ir.plan import ConvConstants, LayerPlan, MemoryMap
 
 
+BIAS_IN_BLOCK = True
+"""Load the bias with a block that covers the stage tile (False: a pass of zeros writes the bias
+first, as before; kept so that tests can measure the difference)."""
+
+
 @dataclass
 class Tile:
     """What a post-op's ``emit`` works on (``systolix.ir.postops``): output groups ``go0..go1``
@@ -148,6 +153,13 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
                     chunks = [list(range(c, min(len(blocks), c + per_chunk))) for c in range(0, max(1, len(blocks)), per_chunk)]
                 else:
                     chunks = [list(range(len(blocks)))]
+                # The bias rides in the bias row of a block whose tap reads real input for every
+                # output of the stage: that block's MatMul writes bias + products over the whole
+                # tile and the others add to it, instead of a pass of zeros for the bias alone
+                # (one accumulator and array clock a vector, and a weight load, saved).
+                covering = [j for j in chunks[0] if vh[blocks[j][1]][0] <= oh0 and vh[blocks[j][1]][1] >= oh1
+                            and vw[blocks[j][2]] == (0, OW)]
+                with_bias = covering[0] if covering and BIAS_IN_BLOCK else None
                 for ci, chunk in enumerate(chunks):
                     if to_local is None:
                         first = bias_addr if ci == 0 else block_addrs[chunk[0]]
@@ -157,15 +169,31 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
                     else:
                         loc = to_local
                     if ci == 0:
-                        e.load_bias(loc(bias_addr))
-                        e.matmul(ZEROES, acc_go, rows * OW, 1, accumulate=False)
+                        if with_bias is None:
+                            e.load_bias(loc(bias_addr))
+                            e.matmul(ZEROES, acc_go, rows * OW, 1, accumulate=False)
+                            order = chunk
+                        else:
+                            order = [with_bias] + [j for j in chunk if j != with_bias]
                         in_array = None  # the weights now in the array: the bias block
-                    for j in chunk:
+                    else:
+                        order = chunk
+                    for j in order:
                         i, kh, kw, gi = blocks[j]
                         h0, h1 = vh[kh]
                         w0, w1 = vw[kw]
                         r0, r1 = max(h0, oh0), min(h1, oh1)
                         if r0 >= r1 or w0 >= w1:
+                            continue
+                        if j == with_bias and ci == 0:
+                            e.load_block(loc(block_addrs[j]), loc(bias_addr))
+                            in_array = None  # its bias row makes it unlike any other block
+                            lbase = band[(i, gi)]
+                            for oh in range(r0, r1):
+                                ih = oh * sh + kh * dh - pt
+                                iw = w0 * sw + kw * dw - pl
+                                e.matmul(lbase + (ih - ih_lo) * W + iw, acc_go + (oh - oh0) * OW + w0, w1 - w0, sw,
+                                         accumulate=False)
                             continue
                         # The array keeps its weights until the next LoadWeights: a block equal
                         # to the one loaded last (pooling taps) is not loaded again.

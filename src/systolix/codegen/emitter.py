@@ -100,10 +100,13 @@ class Emitter:
             self.out.append(MatMul(local + k * local_stride, acc + k, n, local_stride, 1, accumulate))
             k += n
 
-    def load_block(self, local: int) -> None:
-        """Weights rows 1..N from ``local[0..N)``, a zero bias row."""
+    def load_block(self, local: int, bias: int | None = None) -> None:
+        """Weights rows 1..N from ``local[0..N)``, the bias row from ``bias`` (None: zeros)."""
+        if bias is not None and bias + 1 == local:
+            self.out.append(LoadWeights(bias, self.N + 1))  # row r from bias + r: one load
+            return
         self.out.append(LoadWeights(local, self.N))
-        self.out.append(LoadWeights(ZEROES, 1))
+        self.out.append(LoadWeights(ZEROES if bias is None else bias, 1))
 
     def load_bias(self, local: int) -> None:
         """Zero weights, bias row from ``local``."""

@@ -83,6 +83,20 @@ def conv_blocks(layer: ConvLayer, b: ImageBuilder):
         nonzero = blocks.any(axis=(4, 5))
         for go, kh, kw, gi in zip(*np.nonzero(nonzero)):
             per_go[go].append((i, int(kh), int(kw), int(gi), blocks[go, kh, kw, gi]))
+    # A block whose tap reads real input for every output pixel goes first, next to the bias: the
+    # emitter loads the two together and that block's MatMul writes the tile (systolix.codegen.conv),
+    # in the order the weights stream in.
+    (sh, sw), (dh, dw), (pt, pl) = layer.stride, layer.dilation, layer.pads[:2]
+
+    def covers(i: int, kh: int, kw: int) -> bool:
+        H, W = layer.inputs[i].act.H, layer.inputs[i].act.W
+        return (kh * dh >= pt and (out.H - 1) * sh + kh * dh - pt <= H - 1
+                and kw * dw >= pl and (out.W - 1) * sw + kw * dw - pl <= W - 1)
+
+    for go, blocks in enumerate(per_go):
+        j = next((j for j, blk in enumerate(blocks) if covers(*blk[:3])), None)
+        if j:
+            blocks.insert(0, blocks.pop(j))
     padded = np.zeros(Go * N, np.float32)
     padded[: len(layer.bias)] = layer.bias
     return per_go, b.q(padded).reshape(Go, N)
