@@ -37,6 +37,23 @@ APPROXIMATED = {"HardSwish": (1.5, hardswish.MAX_ERROR_LSB), "Sigmoid": (0.25, s
                 "Softplus": (1.0, softplus.MAX_ERROR_LSB), "Mish": (1.09, mish.MAX_ERROR_LSB)}
 
 
+# Ops the Tandem unit computes by range reduction and Newton steps, each with its measured largest
+# error against the float function in LSB (the op's lowering module states it as MAX_ERROR_LSB;
+# Softmax: ``benchmarks/bench_softmax_tandem.py``'s 0.501 LSB against NumPy on the unit's own
+# inputs). An op still on the host (float32 in onnxruntime) errs by its output's rounding, half
+# an LSB, which an op without a stated figure is held to.
+def _unit_error_lsb(module: str, default: float = 0.5) -> float:
+    import importlib
+
+    try:
+        return float(importlib.import_module(f"systolix.lowering.ops.{module}").MAX_ERROR_LSB)
+    except (ImportError, AttributeError):
+        return default
+
+
+UNIT_ERROR_LSB = {"Softmax": 0.51, "LayerNormalization": _unit_error_lsb("layer_norm")}
+
+
 def all_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every tensor of the model as onnxruntime computes it."""
     probe = onnx.ModelProto()
@@ -130,7 +147,7 @@ def _mishes(model, consumers) -> dict[str, str]:
     return found
 
 
-def output_bounds(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, float]:
+def output_bounds(model: onnx.ModelProto, feeds: dict[str, np.ndarray], detail: dict | None = None) -> dict[str, float]:
     """The bound on ``max |compiled - onnxruntime|`` for each output of ``model`` on ``feeds``.
 
     Variances are tracked per channel where the tensor has channels (a scalar otherwise); a
@@ -168,6 +185,7 @@ def output_bounds(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[
         return np.asarray(consts[n.input[1]], np.float64) / np.sqrt(np.asarray(consts[n.input[4]], np.float64) + eps)
 
     folded: set[str] = set()
+    softmax_rel: dict[str, tuple[float, float]] = {}  # Softmax outputs: (relative variance, absolute variance)
     erf_gelus = _erf_gelus(model, consts, consumers)
     mishes = _mishes(model, consumers)
     for n in model.graph.node:
@@ -182,6 +200,43 @@ def output_bounds(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[
             out_var = slope * slope * v(mishes[n.output[0]]) + (e_lsb * LSB) ** 2 / 3
         elif n.name in folded and n.name:
             out_var = v(x)
+        elif op == "MatMul" and ins[0] in softmax_rel and ins[1] not in consts:
+            # Attention's P V with P a Softmax output: P's error is relative, |dP_ik| ~ P_ik
+            # sqrt(rel), so output (i, j) gets sum_k P_ik^2 (V_kj^2 rel + var V) plus the unit's
+            # absolute error on each P_ik times V_kj, and the K rounded products.
+            p_ = np.asarray(values[ins[0]], np.float64)
+            v_ = np.asarray(values[ins[1]], np.float64)
+            rel, e_abs = softmax_rel[ins[0]]
+            k = p_.shape[-1]
+            per_out = (p_ ** 2) @ (v_ ** 2) * rel + np.sum(p_ ** 2, axis=-1, keepdims=True) * vmax(ins[1])
+            per_out = per_out + e_abs * np.sum(v_ ** 2, axis=-2, keepdims=True)
+            out_var = float(np.max(per_out)) + VR * (1 + k)
+        elif op == "MatMul" and ins[0] not in consts and ins[1] not in consts:
+            # Two computed tensors (attention's Q K^T and P V): y = sum_k a_k b_k over K terms,
+            # each product rounded once (K VR), each input's error times the other's values.
+            a, b = values.get(ins[0]), values.get(ins[1])
+            k = int(np.shape(a)[-1]) if a is not None else 1
+            out_var = VR * (1 + k) + k * (mean_sq(ins[1]) * vmax(ins[0]) + mean_sq(ins[0]) * vmax(ins[1]))
+        elif op == "LayerNormalization":
+            # y = (x - mean) / sqrt(var + eps) * gamma + beta: the input's error scaled by the
+            # largest gamma / sigma over tokens (sigma from onnxruntime's own values along the
+            # normalised axis), the unit's (or host's) approximation error times the largest
+            # |gamma|, and the rounding of the scale-and-shift (a product and an add).
+            eps = next((a.f for a in n.attribute if a.name == "epsilon"), 1e-5)
+            gamma = np.abs(np.asarray(consts.get(ins[1], np.ones(1)), np.float64))
+            xs = np.asarray(values[x], np.float64)
+            sigma_min = float(np.sqrt(np.min(np.var(xs, axis=-1)) + eps))
+            gain = float(gamma.max()) / sigma_min
+            e_lsb = UNIT_ERROR_LSB["LayerNormalization"]
+            out_var = (gain * gain * vmax(x) + (e_lsb * LSB * max(1.0, float(gamma.max()))) ** 2 / 3
+                       + VR * (2 + mean_sq(n.output[0])))
+        elif op == "Softmax":
+            # dy_i = y_i (dx_i - sum_j y_j dx_j): at most 2 max(y)^2 times the input's variance,
+            # plus the unit's own error (a uniform +-E: E^2 / 3).
+            ys = np.asarray(values[n.output[0]], np.float64)
+            e_lsb = UNIT_ERROR_LSB["Softmax"]
+            out_var = 2.0 * float(np.max(ys)) ** 2 * vmax(x) + (e_lsb * LSB) ** 2 / 3 + VR
+            softmax_rel[n.output[0]] = (2.0 * vmax(x), (e_lsb * LSB) ** 2 / 3 + VR)
         elif op in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
             wname = ins[1] if ins[1] in consts else ins[0]
             xname = ins[0] if wname == ins[1] else ins[1]
@@ -264,4 +319,6 @@ def output_bounds(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[
         for o in n.output:
             if o:
                 var[o] = np.atleast_1d(np.asarray(out_var, np.float64))
+                if detail is not None:  # each tensor's largest standard deviation, for diagnostics
+                    detail[o] = (op, float(np.sqrt(np.max(var[o]))))
     return {o.name: SIGMAS * float(np.sqrt(np.max(var.get(o.name, np.array([VR]))))) + LSB for o in model.graph.output}
