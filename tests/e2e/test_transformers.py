@@ -1,8 +1,9 @@
 """The two transformers of issue 21 (``systolix.models.transformers``: vit_tiny, bert_tiny) end to
 end on the emulator against onnxruntime: compiled for ``ultra96v2`` (what the accelerator cannot
 run goes to the host) and ``ultra96v2_tandem``, and on ``ultra96v2_tandem`` with ``--no-host``
-(the issue's target). Each agrees with onnxruntime within the error model's derived bound
-(``tests/error_model.py``) on the first inputs and picks onnxruntime's class on at least 90% of
+(the issue's target). Each agrees with onnxruntime within the error model's derived bounds
+(``tests/error_model.py``: the algebraic one, and the same rounding model carried through the
+network by simulation, 10 to 60 times tighter on these models) on the first inputs and picks onnxruntime's class on at least 90% of
 20 inputs; so does torch's own export of ``nn.TransformerEncoder`` (``untuned/torch_encoder``)
 with host fallback (the 99%-of-1,000 check is ``scripts/agreement.py --model vit_tiny --model bert_tiny
 --arch ultra96v2_tandem``, too slow for the suite).
@@ -24,13 +25,13 @@ import systolix.models as M
 from systolix.compiler import compile_model
 from systolix.onnxrt import session
 from systolix.runtime import SaturationWarning
-from tests.error_model import output_bounds
+from tests.error_model import output_bounds, simulated_output_bounds
 
 pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
 
 MODELS = ["vit_tiny", "bert_tiny"]
 INPUTS = 20  # class agreement on these
-BOUNDED = 3  # the error bound (one onnxruntime run of every tensor each) on the first of them
+BOUNDED = 2  # the error bounds (onnxruntime runs of every tensor, and 8 noisy runs) on the first of them
 LSB = 2.0 ** -8
 
 
@@ -74,9 +75,11 @@ def _check_against_onnxruntime(name: str, compiled) -> None:
         got = next(iter(compiled.run(batch, batch=True).values())).reshape(INPUTS, -1)
     for k in range(BOUNDED):
         bound = next(iter(output_bounds(model, items[k]).values()))
+        simulated = next(iter(simulated_output_bounds(model, items[k], draws=8).values()))
         err = float(np.max(np.abs(got[k] - ref[k])))
-        print(f"{name} input {k}: largest error {err / LSB:.1f} LSB, bound {bound / LSB:.0f} LSB")
-        assert err <= bound, (k, err / LSB, bound / LSB)
+        print(f"{name} input {k}: largest error {err / LSB:.1f} LSB, bound {bound / LSB:.0f} LSB "
+              f"(simulated {simulated / LSB:.0f} LSB)")
+        assert err <= min(bound, simulated), (k, err / LSB, bound / LSB, simulated / LSB)
     same = float(np.mean(np.argmax(got, axis=1) == np.argmax(ref, axis=1)))
     print(f"{name}: same class as onnxruntime on {same:.0%} of {INPUTS} inputs")
     assert same >= 0.9

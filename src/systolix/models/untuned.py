@@ -257,6 +257,7 @@ def build_untuned(name: str, seed: int = 0) -> onnx.ModelProto:
         # torch's note that the TorchScript exporter is the legacy one: chosen on purpose (it is
         # what most published ONNX files came from, and it needs no onnxscript)
         warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # nn.MultiheadAttention's shape checks
         torch.onnx.export(module, (example,), buffer, dynamo=False, opset_version=spec.opset,
                           input_names=["input"], output_names=["output"], do_constant_folding=True)
     model = onnx.load_from_string(buffer.getvalue())
