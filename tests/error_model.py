@@ -15,6 +15,10 @@ LeakyRelu's slope), plus one more rounding. The bound on every output is ``8 * s
 eight standard deviations (a Gaussian exceeds 5.3 sigma once in a million values) and one LSB
 for the final rounding. ``sum_k x_k^2`` uses onnxruntime's own activations (``K * mean(x^2)``),
 ``sum_k w_k^2`` the largest over output channels. Nothing here looks at our compiled output.
+
+Transformers (``output_bounds``): LayerNormalization, Softmax, the MatMul of two computed tensors
+(attention), by the same rules (their comments below). ``simulated_output_bounds`` carries the
+same per-op variances through the network by noisy onnxruntime runs instead of the algebra.
 """
 
 from __future__ import annotations
@@ -340,7 +344,7 @@ def simulated_output_bounds(model: onnx.ModelProto, feeds: dict[str, np.ndarray]
     takes the largest variance over channels and tokens at every op and compounds it layer
     after layer (LayerNorm's largest gain, attention's largest weights); the simulation carries
     each element's own error through the actual network (to first order the same model, exactly
-    linearised), which for the transformers is 10 to 30 times tighter."""
+    linearised): 20 to 110 times tighter on vit_tiny and bert_tiny, twice on torch's encoder export."""
     values = all_values(model, feeds)
     for t in model.graph.initializer:
         values.setdefault(t.name, numpy_helper.to_array(t))
