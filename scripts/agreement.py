@@ -11,7 +11,8 @@ option. ``--model yolov4_tiny`` (not a classifier: its errors count) and the sma
 of ``tests/torch_models.py`` (``torch_cnn``, ...; random normal inputs, as their batch norms were
 fitted to) are there for the errors against the limit (the column "x limit": the RMS error
 over the every-tensor-rounded row's). Takes 30 to 90 s per model and array on two cores for 1,000 inputs (MobileNet,
-ResNet-20); the MLP takes seconds. ``--model resnet50v2`` (not among the defaults) takes about
+ResNet-20); the MLP takes seconds. ``--model vit_tiny --model bert_tiny --arch ultra96v2 --arch
+ultra96v2_tandem`` (issue 21's transformers; ``--no-host`` for the unit with no host fallback). ``--model resnet50v2`` (not among the defaults) takes about
 12 minutes for 1,000 inputs on ``ultra96v2``, 9 on ``zcu104`` and 24 on ``pynqz1``.
 """
 
@@ -41,7 +42,10 @@ CLASSIFIERS = ["mlp", "mobilenetv2_block", "resnet20v2"]
 # Not run by default: 0.5 to 1.4 s per input on two cores, and 0.8 s per calibration sample.
 LARGE_CLASSIFIERS = ["resnet50v2"]
 OTHERS = ["yolov4_tiny", *torch_models.NAMES]
+# Issue 21's transformers: not run by default; with ``--arch ultra96v2 --arch ultra96v2_tandem``.
+TRANSFORMERS = ["vit_tiny", "bert_tiny"]
 ARCHS = ["pynqz1", "ultra96v2", "zcu104"]
+MORE_ARCHS = ["ultra96v2_tandem"]
 LSB = DataType.FP16BP8.resolution
 
 
@@ -69,8 +73,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inputs", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=128, help="calibration samples")
-    parser.add_argument("--model", action="append", choices=CLASSIFIERS + LARGE_CLASSIFIERS + OTHERS)
-    parser.add_argument("--arch", action="append", choices=ARCHS)
+    parser.add_argument("--model", action="append", choices=CLASSIFIERS + LARGE_CLASSIFIERS + OTHERS + TRANSFORMERS)
+    parser.add_argument("--arch", action="append", choices=ARCHS + MORE_ARCHS)
+    parser.add_argument("--no-host", action="store_true", help="compile with no host fallback (an error if a node cannot lower)")
     parser.add_argument("--plain", action="store_true", help="also compile without calibration data")
     parser.add_argument("--only-plain", action="store_true", help="compile without calibration data only")
     parser.add_argument("--estimate-gains", action="store_true",
@@ -117,8 +122,11 @@ def main() -> None:
             for label, samples in compiles + ([] if args.only_plain else [("calibrated", calibration)]):
                 started = time.perf_counter()
                 with console.status(f"{name} on {arch}, {label}"):
-                    compiled = compile_model(model, arch, calibration=samples,
+                    compiled = compile_model(model, arch, calibration=samples, host=not args.no_host,
                                              estimate_gains=args.estimate_gains and samples is None)
+                hosts = len(getattr(compiled.summary, "host_reasons", {}) or {})
+                if hosts:
+                    label += f", {hosts} host nodes"
                     got, saturated = _run(compiled, items)
                 _add_row(table, name, arch, f"{label} ({time.perf_counter() - started:.0f} s)", got, ref, margin,
                          saturated, limit)

@@ -100,7 +100,13 @@ def test_a_partitioned_model_sums_its_accelerator_segments_and_names_the_host_on
     assert data["cycles"] == pytest.approx(sum(e["cycles"] for e in accel), abs=0.2)
     assert data["macs"] == sum(e["macs"] for e in accel) > 0
     host = next(s for s in data["segments"] if s["kind"] == "host")
-    assert host["estimate"] is None and "not timed" in host["note"]
+    assert host["estimate"] is None and "onnxruntime on the machine" in host["note"]
+    # The host segment is timed (onnxruntime on this machine) and counted in the latency.
+    assert host["host_ms"] > 0 and data["host_segments_ms"] == pytest.approx(host["host_ms"])
+    assert data["latency_ms"] == pytest.approx(data["accelerator_ms"] + data["host_ms"] + data["host_segments_ms"])
+    untimed = _estimate_json(path, "--board", "ultra96-v2", "--no-time-host")
+    untimed_host = next(s for s in untimed["segments"] if s["kind"] == "host")
+    assert untimed["host_segments_ms"] == 0 and "not timed" in untimed_host["note"]
 
 
 def _error(*args) -> str:

@@ -45,7 +45,7 @@ def _compile_onnx(model: Path, board, arch: str | None, strategy: str, directory
     return compiled.save(directory)
 
 
-def _estimate(model: Path, board_name: str, arch: str | None, strategy: str):
+def _estimate(model: Path, board_name: str, arch: str | None, strategy: str, time_host: bool = True):
     """The estimate of a .tmodel (or an .onnx compiled first) and, for a partitioned model, its segments."""
     import tempfile
 
@@ -66,7 +66,7 @@ def _estimate(model: Path, board_name: str, arch: str | None, strategy: str):
             raise SystolixError(f"{model}: expected a .tmodel or an .onnx file")
         with err_console.status(f"simulating {path.name} on {board.name}"):
             if segment_manifests(path) is not None:
-                return estimate_partitioned(path, board)
+                return estimate_partitioned(path, board, time_host=time_host)
             return estimate(path, board), None
 
 
@@ -82,7 +82,9 @@ def print_estimate(est, title: str) -> None:
     t.add_row("board", f"{est.board.name}: {n}x{n} at {est.board.clock_mhz:g} MHz")
     t.add_row("instructions", f"{est.instructions:,}")
     t.add_row("cycles", f"{est.cycles:,.0f}")
-    t.add_row("latency", f"{est.latency_ms:.3f} ms (accelerator {est.accelerator_ms:.3f} + host I/O {est.host_ms:.3f})")
+    host_segments = f" + host segments {est.host_segments_ms:.3f}" if est.host_segments_ms else ""
+    t.add_row("latency", f"{est.latency_ms:.3f} ms (accelerator {est.accelerator_ms:.3f} + host I/O {est.host_ms:.3f}"
+                         f"{host_segments})")
     t.add_row("frames per second", f"{est.fps:.1f}")
     t.add_row("MAC efficiency", f"{est.mac_efficiency:.1%}  ({est.macs_source})")
     t.add_row("bound by", est.bound)
@@ -116,23 +118,32 @@ def estimate(
                                  help="Compiler strategy for an ONNX model: local-isolated, local-vars, local-consts, "
                                       "local-vars-and-consts."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    time_host: bool = typer.Option(True, "--time-host/--no-time-host",
+                                   help="Time a partitioned model's host segments with onnxruntime on this machine "
+                                        "(one thread); without it they count 0 ms."),
 ) -> None:
     """Predict a model's latency, frame rate and unit shares on a board."""
-    est, segments = _estimate(model, board, arch, strategy)
+    est, segments = _estimate(model, board, arch, strategy, time_host)
     if as_json:
         data = est.to_json()
         if segments is not None:
             data["segments"] = [{"kind": s["kind"], "name": s["name"], "nodes": s["nodes"],
                                  "estimate": None if s["estimate"] is None else s["estimate"].to_json(),
+                                 **({"host_ms": s["host_ms"]} if "host_ms" in s else {}),
                                  **({"note": s["note"]} if "note" in s else {})} for s in segments]
         print(json.dumps(data))
         return
     print_estimate(est, f"{model.name} on {est.board.name}")
     if segments is not None:
         host = [s for s in segments if s["kind"] == "host"]
-        console.print(f"{len(segments)} segments, {len(host)} on the host: the figures above are the accelerator "
-                      f"segments' sum; the host segments ({', '.join(n for s in host for n in s['nodes'])}) run "
-                      "under onnxruntime and are not timed")
+        nodes = ", ".join(n for s in host for n in s["nodes"])
+        if time_host:
+            console.print(f"{len(segments)} segments, {len(host)} on the host ({nodes}): {est.host_segments_ms:.3f} ms, "
+                          "timed with onnxruntime on this machine (one thread, median of repeated runs), not on the "
+                          "board's CPU; the other figures are the accelerator segments' sum")
+        else:
+            console.print(f"{len(segments)} segments, {len(host)} on the host: the figures above are the accelerator "
+                          f"segments' sum; the host segments ({nodes}) run under onnxruntime and are not timed")
 
 
 @app.command()

@@ -214,7 +214,8 @@ class Emulator:
         """Saturation events since construction, ``[batch, kind]``."""
         self.tandem = None
         """The Tandem unit's state (``systolix.emulator.tandem.TandemUnit``) on an architecture with
-        the unit. Its instructions run there, in plain NumPy (not the numba kernels)."""
+        the unit. Its instructions run in ``tandem_fast``'s numba kernel on this state (the reference
+        TCU runs them in the unit's NumPy definition)."""
         if arch.tandem is not None:
             from systolix.emulator.tandem import TandemUnit
 
@@ -474,7 +475,8 @@ class Emulator:
                 lo, hi, shift, one, reg_bits, tracing, narrow,
             )
 
-        # Tandem instructions run in Python between stretches of the kernel (a TLoop with its body).
+        # Tandem instructions run between stretches of the kernel, in their own numba kernel
+        # (``tandem_fast``): a whole stretch of them per call (one loop with its body when tracing).
         is_tandem = (prog.opcode[:stop] >= Opcode.TCONFIG) & (prog.opcode[:stop] <= Opcode.TSYNC)
         tandem_rows = np.flatnonzero(is_tandem) if self.tandem is not None else np.zeros(0, np.int64)
         pc = int(ConfigRegister.PROGRAM_COUNTER)
@@ -488,7 +490,7 @@ class Emulator:
                 if next_tandem == i:
                     sat = self.tandem.saturations.copy()
                     i0 = i
-                    j = self.tandem.step(prog, i, {"acc": self.acc, "local": self.local})
+                    j = self.tandem.run_stretch(prog, i, stop, {"acc": self.acc, "local": self.local}, whole=not tracing)
                     self.saturation[:, kernels.SAT_KINDS.index("alu")] += self.tandem.saturations - sat
                     np.add.at(counts[0], prog.opcode[i:j].astype(np.int64), 1)
                     # The program counter counts instructions accepted: a loop's body once. A

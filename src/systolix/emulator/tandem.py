@@ -90,6 +90,7 @@ class TandemUnit:
         self.saturations = np.zeros(batch, np.int64)
         """Results saturated, per batch item (wide results, and narrowing writes to acc/local)."""
         self._decoded: tuple[object, dict] | None = None
+        self._table: tuple[object, np.ndarray | None] = (None, None)  # run_stretch's decoded program
 
     # --- numbers -------------------------------------------------------------------------
     def sat(self, v: np.ndarray, lo: int | None = None, hi: int | None = None) -> np.ndarray:
@@ -146,6 +147,26 @@ class TandemUnit:
             return i + 1 + ins.body
         getattr(self, type(ins).__name__.lower())(ins, mems)
         return i + 1
+
+    def run_stretch(self, program, i: int, stop: int, mems: dict, whole: bool = True) -> int:
+        """Run the Tandem instructions from ``i`` with ``tandem_fast`` (numba): the whole stretch
+        up to the next TCU instruction (or ``stop``), or only instruction ``i`` (a loop with its
+        body) when ``whole`` is false; the next index. The same results as ``step`` bit for bit;
+        ``step`` runs instead when the wide type is too wide for the fast path's int64."""
+        from systolix.emulator import tandem_fast as fast
+
+        if self.wbits > fast.FAST_MAX_WIDE_BITS or mems["acc"].dtype != np.int64 or mems["local"].dtype != np.int64:
+            return self.step(program, i, mems)
+        if self._table[0] is not program:
+            self._table = (program, fast.decode_table(program))
+        table = self._table[1]
+        if whole:
+            end = fast.stretch_end(table, i, stop)
+        else:
+            end = i + 1 + int(table[i, 9]) if table[i, 0] == fast.K_LOOP else i + 1
+        return fast.run_tandem(table, i, end, self.base, self.stride, self.imm, self.index, self.interim,
+                               mems["acc"], mems["local"], self.saturations, np.int64(self.bp), np.int64(self.wbits),
+                               np.int64(self.wbp), np.int64(self.lo), np.int64(self.hi))
 
     def titerbase(self, ins: TIterBase, mems: dict) -> None:
         self.base[int(ins.ns), ins.index] = ins.value

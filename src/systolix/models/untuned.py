@@ -47,6 +47,7 @@ class UntunedModel:
     input_shape: tuple[int, ...]          # with the batch of 1
     classifier: bool                      # its output is class scores
     module: Callable[..., object]         # (torch.nn) -> torch.nn.Module
+    opset: int = OPSET                    # LayerNormalization needs 17
 
 
 def _torch():
@@ -180,6 +181,34 @@ def _dense(nn):
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(80, 10))
 
 
+def _encoder(nn):
+    """torch's own nn.TransformerEncoder (2 layers of nn.TransformerEncoderLayer: d_model 64, 4
+    heads, feed-forward 128, GeLU, batch_first) on 32 tokens of 64, the mean over tokens, a
+    linear head of 10 classes: the attention as torch's exporter writes nn.MultiheadAttention
+    (packed in_proj, sequence-first inside, per-head scaling of Q and K by Mul)."""
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            layer = nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, dropout=0.0, activation="gelu",
+                                               batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = nn.Linear(64, 10)
+
+        def forward(self, x):
+            import torch
+
+            # Without gradients torch would run its fused kernel, which the exporter cannot write.
+            before = torch.backends.mha.get_fastpath_enabled()
+            torch.backends.mha.set_fastpath_enabled(False)
+            try:
+                return self.head(self.encoder(x).mean(1))
+            finally:
+                torch.backends.mha.set_fastpath_enabled(before)
+
+    return Encoder()
+
+
 UNTUNED: dict[str, UntunedModel] = {m.name: m for m in [
     UntunedModel("untuned/vgg", "VGG-style plain CNN, 3x40x40, 7 conv + 2 dense, 7 classes", (1, 3, 40, 40), True,
                  _vgg),
@@ -194,6 +223,8 @@ UNTUNED: dict[str, UntunedModel] = {m.name: m for m in [
     UntunedModel("untuned/mlp", "MLP with batch norms, 53 -> 117 -> 83 -> 41 -> 9", (1, 53), True, _mlp),
     UntunedModel("untuned/dense", "DenseNet-like concat net, 3x36x36, growth 12, 10 classes", (1, 3, 36, 36), True,
                  _dense),
+    UntunedModel("untuned/torch_encoder", "torch's nn.TransformerEncoder, 2 layers, 32 tokens of 64, 4 heads, "
+                 "GeLU, mean over tokens, 10 classes (opset 17)", (1, 32, 64), True, _encoder, opset=17),
 ]}
 
 
@@ -203,7 +234,7 @@ def untuned_names() -> list[str]:
 
 def build_untuned(name: str, seed: int = 0) -> onnx.ModelProto:
     """Model ``name`` (see ``UNTUNED``): torch's default initialisation under ``seed``, batch norms
-    fitted to random normal inputs, exported at opset 13 with a batch of 1."""
+    fitted to random normal inputs, exported at opset 13 (its ``opset``) with a batch of 1."""
     spec = UNTUNED.get(name)
     if spec is None:
         raise SystolixError(f"unknown untuned model {name!r}; one of {', '.join(UNTUNED)}")
@@ -226,7 +257,8 @@ def build_untuned(name: str, seed: int = 0) -> onnx.ModelProto:
         # torch's note that the TorchScript exporter is the legacy one: chosen on purpose (it is
         # what most published ONNX files came from, and it needs no onnxscript)
         warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(module, (example,), buffer, dynamo=False, opset_version=OPSET,
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # nn.MultiheadAttention's shape checks
+        torch.onnx.export(module, (example,), buffer, dynamo=False, opset_version=spec.opset,
                           input_names=["input"], output_names=["output"], do_constant_folding=True)
     model = onnx.load_from_string(buffer.getvalue())
     model.doc_string = f"{spec.description} (torch.nn, default init, seed {seed}; untuned: never tune on it)"

@@ -125,7 +125,7 @@ def zoo_row(name: str, size: int | None = None, arch: str = "ultra96v2", board_n
     with tempfile.TemporaryDirectory(prefix="systolix-zoo-") as tmp:
         path = compiled.save(tmp)
         partitioned = bool(on_host) or summary.constant_cuts > 0
-        est = estimate_partitioned(path, board)[0] if partitioned else estimate(path, board)
+        est = estimate_partitioned(path, board, time_host=False)[0] if partitioned else estimate(path, board)
     row.update(latency_ms=est.latency_ms, accelerator_ms=est.accelerator_ms, fps=est.fps, bound=est.bound,
                host_timed=not on_host)
     if error_inputs:
