@@ -56,14 +56,15 @@ def without_ranges(hir: HirProgram) -> HirProgram:
     return dataclasses.replace(hir, ranges={})
 
 
-def test_calibrated_float_and_default_compiles_estimate_nothing():
+def test_calibrated_float_and_opted_out_compiles_estimate_nothing():
     x = Activation("x", 3, 1, 1, 8, order="pixel")
     y = Activation("y", 4, 1, 1, 8, order="pixel")
     layer = ConvLayer("conv", [ConvInput(x, weights=np.full((4, 3, 1, 1), 0.01, np.float32))], y, np.zeros(4, np.float32), (1, 1))
     hir = _program(layer, x, y)
     assert estimate_ranges(hir, CompileContext(ARCH, samples=[{"x": np.zeros((1, 3, 1, 1))}])).ranges == {}
     assert estimate_ranges(hir, CompileContext(_float_arch(), estimate_gains=True)).ranges == {}
-    assert estimate_ranges(hir, CompileContext(ARCH)).ranges == {}  # not asked for (estimate_gains)
+    assert estimate_ranges(hir, CompileContext(ARCH, estimate_gains=False)).ranges == {}  # opted out
+    assert set(estimate_ranges(hir, CompileContext(ARCH)).ranges) == {0}  # by default
 
 
 def _float_arch():
