@@ -5,7 +5,8 @@
 For each model: the outputs' RMS error in LSB against onnxruntime's float model, over random
 standard normal inputs (seeds from 0), of the format limit (onnxruntime with every computed tensor
 rounded to FP16BP8 and products exact, ``systolix.models.rounded.with_rounded_tensors``), of the
-plain compile and of the compile calibrated on ``--samples`` random normal samples (a seed of
+plain compile (as compiled by default: gains estimated from the model itself) and of the compile
+calibrated on ``--samples`` random normal samples (a seed of
 their own, never the test inputs); the ratios to the limit, against issue 20's targets (plain
 within 2.0x, calibrated within 1.3x), and the share of inputs whose class matches the float
 model's. The figures come from ``systolix.accuracy.measure`` (what ``systolix accuracy`` runs),

@@ -78,8 +78,9 @@ def main() -> None:
     parser.add_argument("--no-host", action="store_true", help="compile with no host fallback (an error if a node cannot lower)")
     parser.add_argument("--plain", action="store_true", help="also compile without calibration data")
     parser.add_argument("--only-plain", action="store_true", help="compile without calibration data only")
-    parser.add_argument("--estimate-gains", action="store_true",
-                        help="plain compiles with gains estimated from the model itself (compile_model(estimate_gains=True))")
+    parser.add_argument("--estimate-gains", action=argparse.BooleanOptionalAction, default=True,
+                        help="plain compiles with gains estimated from the model itself (the default; "
+                             "--no-estimate-gains: compile_model(estimate_gains=False))")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a builder option for the models, e.g. branch_scale=1.0 (a number)")
     args = parser.parse_args()

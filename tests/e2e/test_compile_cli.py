@@ -263,8 +263,10 @@ def test_compile_with_calibration_data_amplifies_weights_and_is_closer(tmp_path)
     proc = run_cli("compile", model, "--arch", "pynqz1", "-o", tmp_path / "cal", "--calibrate", tmp_path / "cal.npz", check=True)
     assert "amplified weights" in proc.stdout and "calibrated on 8 samples" in proc.stdout
     assert "gain" in proc.stdout
-    plain = run_cli("compile", model, "--arch", "pynqz1", "-o", tmp_path / "plain", check=True)
+    plain = run_cli("compile", model, "--arch", "pynqz1", "-o", tmp_path / "plain", "--no-estimate-gains", check=True)
     assert "none (no calibration data" in plain.stdout
+    default = run_cli("compile", model, "--arch", "pynqz1", "-o", tmp_path / "default", check=True)
+    assert "estimated from the model itself" in default.stdout
     feeds = M.example_inputs(m, seed=3)
     ref = ort.InferenceSession(m.SerializeToString()).run(None, feeds)[0]
     err = {}

@@ -21,8 +21,9 @@ from tests.error_model import output_bounds
 pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
 
 ARCHS = ["pynqz1", "ultra96v2", "zcu104"]
-# Plain compiles (Tensil's arithmetic, no calibration data) of these random-weight classifiers
-# agree with onnxruntime on 95% (MobileNet), 98% (ResNet-20) and 99% (MLP) of the 100 inputs;
+# Plain compiles (no calibration data; gains estimated from the model itself, the default) of
+# these random-weight classifiers agree with onnxruntime on 98% (MobileNet on ultra96v2) to 100%
+# (MLP) of the 100 inputs (without gains: 95%, 98% for ResNet-20, 99% for the MLP);
 # every disagreement is a near-tie (top-2 margin under TIE_MARGIN, 26 LSB of FP16BP8). Below
 # this something other than rounding is wrong.
 RAW_AGREEMENT = 0.93
@@ -132,7 +133,9 @@ def test_classifier_matches_onnxruntime(name, arch, capsys):
     assert agree >= 0.99 * decided, f"plain: same class on {agree} of {decided} clear-cut inputs"
     assert raw >= RAW_AGREEMENT, f"plain: same class on {raw:.1%} of all inputs"
     assert cal_raw >= max(raw, CALIBRATED_AGREEMENT), f"calibrated: same class on {cal_raw:.1%} of all inputs (plain {raw:.1%})"
-    assert cal_err * 2 < plain_err, f"calibration should at least halve the error: {cal_err:.4f} vs {plain_err:.4f}"
+    # Without gains calibration halved the error; against estimated gains it is 1.4-1.8x smaller
+    # (ultra96v2: MLP 0.0067 against 0.0097, MobileNet 0.0185 against 0.0326, mean max error).
+    assert cal_err * 1.2 < plain_err, f"calibration should lower the error: {cal_err:.4f} vs {plain_err:.4f}"
 
 
 @pytest.mark.slow

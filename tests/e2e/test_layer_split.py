@@ -48,7 +48,7 @@ def small_dram1(depth: int):
 
 
 def check_against_whole_and_onnxruntime(model, split, seed=1):
-    whole = compile_model(model, "pynqz1")
+    whole = compile_model(model, "pynqz1", estimate_gains=False)
     assert whole.summary.constant_cuts == 0 and not whole.summary.split_layers
     rng = np.random.default_rng(seed)
     name = model.graph.input[0].name
@@ -69,7 +69,7 @@ def test_a_fully_connected_layer_past_dram1_is_split_by_output_channels(op):
     model = classifier(op)
     depth = 700
     # The vector counts above are the plain layout's (a packed input halves fc1's: below).
-    split = compile_model(model, small_dram1(depth), pack_inputs=False)
+    split = compile_model(model, small_dram1(depth), pack_inputs=False, estimate_gains=False)
     assert list(split.summary.split_layers) == ["fc1"] and split.summary.split_layers["fc1"] >= 3
     segments = split.summary.segments
     assert all(s.kind == "accelerator" and s.lir.consts.shape[0] <= depth for s in segments)
@@ -91,7 +91,7 @@ def test_a_convolution_past_dram1_is_split_with_its_batch_norm():
     # conv 8 -> 40 (3x3): 5 groups of 73 vectors; the batch norm is sliced with it and folds into
     # every slice's weights as it folds into the whole layer's.
     model, _ = conv_bn_relu(cin=8, cout=40, h=6, w=5)
-    split = compile_model(model, small_dram1(200))
+    split = compile_model(model, small_dram1(200), estimate_gains=False)
     assert split.summary.split_layers == {"conv": 3}
     assert [n for n, (op, _) in split.summary.placement_ops.items() if op == "BatchNormalization"] == [
         "bn/channels_0_16", "bn/channels_16_32", "bn/channels_32_40"]
@@ -102,13 +102,13 @@ def test_a_convolution_past_dram1_is_split_with_its_batch_norm():
 def test_no_split_keeps_the_error():
     with pytest.raises(SchedulingError, match=r"constants need \d+ vectors of DRAM1 but the architecture has 700 "
                                               r"\(the largest share: layer 'fc1', 3225\); splitting .* off \(--no-split\)"):
-        compile_model(classifier(), small_dram1(700), split=False, pack_inputs=False)
+        compile_model(classifier(), small_dram1(700), split=False, pack_inputs=False, estimate_gains=False)
 
 
 def test_a_layer_whose_one_group_of_outputs_does_not_fit_is_an_error_naming_it():
     with pytest.raises(SchedulingError, match=r"layer 'fc1' \(node fc1, relu\): its constants need 3225 vectors of DRAM1 but the "
                                               r"architecture has 128; even one group of 8 output channels needs more"):
-        compile_model(classifier(), small_dram1(128), pack_inputs=False)
+        compile_model(classifier(), small_dram1(128), pack_inputs=False, estimate_gains=False)
 
 
 def test_a_split_layer_reading_a_packed_input_computes_the_same_function():
@@ -116,7 +116,7 @@ def test_a_split_layer_reading_a_packed_input_computes_the_same_function():
     # then share the input, which is no longer packed (packing is for an input one layer reads),
     # so they are split again. More programs than needed, but the same function.
     model = classifier("Gemm")
-    split = compile_model(model, small_dram1(700))
+    split = compile_model(model, small_dram1(700), estimate_gains=False)
     assert split.summary.split_layers["fc1"] >= 3
     assert all(s.lir.consts.shape[0] <= 700 for s in split.summary.segments)
     check_against_whole_and_onnxruntime(model, split)

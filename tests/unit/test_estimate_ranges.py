@@ -56,14 +56,15 @@ def without_ranges(hir: HirProgram) -> HirProgram:
     return dataclasses.replace(hir, ranges={})
 
 
-def test_calibrated_float_and_default_compiles_estimate_nothing():
+def test_calibrated_float_and_opted_out_compiles_estimate_nothing():
     x = Activation("x", 3, 1, 1, 8, order="pixel")
     y = Activation("y", 4, 1, 1, 8, order="pixel")
     layer = ConvLayer("conv", [ConvInput(x, weights=np.full((4, 3, 1, 1), 0.01, np.float32))], y, np.zeros(4, np.float32), (1, 1))
     hir = _program(layer, x, y)
     assert estimate_ranges(hir, CompileContext(ARCH, samples=[{"x": np.zeros((1, 3, 1, 1))}])).ranges == {}
     assert estimate_ranges(hir, CompileContext(_float_arch(), estimate_gains=True)).ranges == {}
-    assert estimate_ranges(hir, CompileContext(ARCH)).ranges == {}  # not asked for (estimate_gains)
+    assert estimate_ranges(hir, CompileContext(ARCH, estimate_gains=False)).ranges == {}  # opted out
+    assert set(estimate_ranges(hir, CompileContext(ARCH)).ranges) == {0}  # by default
 
 
 def _float_arch():
@@ -103,3 +104,37 @@ def test_a_torch_model_compiled_plainly_comes_within_twice_the_limit():
     rms_limit = float(np.sqrt(np.mean((limit - ref) ** 2))) / LSB
     # Measured: 0.48 LSB RMS against a limit of 0.34 (before: 2.1 LSB).
     assert not np.any(saturated) and rms < 2.0 * rms_limit, (rms, rms_limit)
+
+
+# Every kind of layer the estimate runs side by side: dense, depthwise, pools, Concat/Split
+# aliases, per-pixel constants, remaps (resize, depth-to-space), pixel mixes (linear resize,
+# transposed convolutions), element-wise post-ops reading other tensors.
+SIDE_BY_SIDE = ["ops/conv_dilated_stride2", "ops/conv_depthwise_33ch_stride2", "ops/avgpool_3x3_pad_exclude",
+                "ops/maxpool_3x3_s2_pad1", "ops/split_concat_swap", "ops/add_const_spatial", "ops/resize_linear_half_pixel",
+                "ops/resize_nearest_scales_3x2", "ops/depth_to_space", "ops/conv_transpose_3x3_s3_output_padding",
+                "ops/mul_broadcast_gate", "ops/prelu_per_channel", "cnn/odd_mixed"]
+
+
+@pytest.mark.parametrize("name", SIDE_BY_SIDE)
+def test_runs_side_by_side_compute_what_single_runs_do(name):
+    # systolix.ir.evaluate.Runs (float32, several runs in one product) against the float64
+    # evaluator run by run: every layer's output and every conv layer's accumulator range.
+    import systolix.models as M
+    from systolix.ir.evaluate import Runs, evaluate, input_chw, run_layer_runs
+
+    model = M.build(name)
+    hir = ir_of(model, arch="ultra96v2")
+    feeds = [M.example_inputs(model, seed=s) for s in range(3)]
+    singles = [evaluate(hir, f) for f in feeds]
+    runs = Runs(len(feeds))
+    for input_name, act in hir.inputs.items():
+        runs.write(act, np.stack([input_chw(hir, input_name, f[input_name]) for f in feeds]))
+    for index, layer in enumerate(hir.layers):
+        got = run_layer_runs(runs, layer, index)
+        runs.write(layer.output, got)
+        want = np.stack([ev.read(layer.output) for ev in singles])
+        scale = float(np.max(np.abs(want), initial=0.0)) + 1e-6
+        assert np.max(np.abs(runs.read(layer.output) - want), initial=0.0) <= 1e-5 * scale, (index, layer.name)
+        if isinstance(layer, ConvLayer):
+            peak = np.max([ev.accumulator_max[index] for ev in singles], axis=0)
+            np.testing.assert_allclose(runs.accumulator_max[index], peak, rtol=1e-5, atol=1e-5 * scale)

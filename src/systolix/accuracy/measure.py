@@ -130,6 +130,8 @@ class AccuracyReport:
     """whether the compile with intermediate outputs gave the same outputs (None: not measured)"""
     host_nodes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    estimated_gains: bool = False
+    """a plain compile with gains estimated from the model itself (``compile(estimate_gains=True)``)"""
 
     @property
     def rms(self) -> float:
@@ -144,7 +146,7 @@ class AccuracyReport:
         return {
             "model": self.model, "arch": self.arch, "data_type": self.data_type, "lsb": self.lsb,
             "inputs": self.inputs, "calibration_samples": self.calibration_samples,
-            "rms_lsb": self.rms, "limit_rms_lsb": self.limit_rms,
+            "estimated_gains": self.estimated_gains, "rms_lsb": self.rms, "limit_rms_lsb": self.limit_rms,
             "ratio": self.rms / self.limit_rms if self.limit_rms else None,
             "outputs": [o.to_json() for o in self.outputs],
             "layers": [layer.to_json() for layer in self.layers],
@@ -231,12 +233,14 @@ def _accelerator_layers(compiled) -> list:
 
 def measure(model: Any, arch: Any, *, inputs: Any = None, count: int = 32, seed: int = 0,
             calibration: Any = None, per_layer: bool = True, isolate: bool = True,
-            progress: Progress | None = None) -> AccuracyReport:
+            progress: Progress | None = None, estimate_gains: bool = True) -> AccuracyReport:
     """Measure the compile of ``model`` (path, bytes or ``onnx.ModelProto``) for ``arch``.
 
     ``inputs``: what ``compile(calibration=...)`` accepts (a dict of stacked arrays, a list of
     dicts, an ``.npz`` path); default ``count`` standard normal inputs (``seed``).
-    ``calibration``: samples for a calibrated compile (as ``compile`` takes them), else plain.
+    ``calibration``: samples for a calibrated compile (as ``compile`` takes them), else plain:
+    with gains estimated from the model itself unless ``estimate_gains=False`` (a layer compiled
+    alone is then compiled without gains: the estimate needs the model before it).
     ``per_layer=False`` measures only the outputs (one compile, no instrumented run);
     ``isolate=False`` skips the per-layer compiles alone (``added`` stays None).
     ``progress(stage, done, total)`` reports each stage.
@@ -272,7 +276,8 @@ def measure(model: Any, arch: Any, *, inputs: Any = None, count: int = 32, seed:
             progress(what, done, total)
 
     step("compiling", 0, 1)
-    compiled = compile_model(model, arch, calibration=samples)
+    estimate_gains = estimate_gains and samples is None
+    compiled = compile_model(model, arch, calibration=samples, estimate_gains=estimate_gains)
     step("compiling", 1, 1)
     ours_out, saturated_items, events = run_compiled(compiled, items, progress, "running on the emulator")
 
@@ -312,7 +317,7 @@ def measure(model: Any, arch: Any, *, inputs: Any = None, count: int = 32, seed:
     if layers:
         step("compiling with intermediate outputs", 0, 1)
         instrumented = compile_model(with_outputs(onnx_model, tensors, shapes), arch, calibration=samples,
-                                     name=getattr(compiled, "name", None))
+                                     name=getattr(compiled, "name", None), estimate_gains=estimate_gains)
         step("compiling with intermediate outputs", 1, 1)
         inner, _, _ = run_compiled(instrumented, items, progress, "running with intermediate outputs")
         identical = all(np.array_equal(inner[n], ours_out[n]) for n in output_names)
@@ -344,7 +349,7 @@ def measure(model: Any, arch: Any, *, inputs: Any = None, count: int = 32, seed:
         inputs=len(items), calibration_samples=len(samples) if samples else 0, outputs=outputs,
         layers=layer_reports, saturated_inputs=int(np.count_nonzero(saturated_items)), saturation_events=events,
         identical_outputs=identical, host_nodes=compiled.summary.host_nodes,
-        seconds=time.perf_counter() - started)
+        seconds=time.perf_counter() - started, estimated_gains=estimate_gains)
 
 
 def _isolated(layer, onnx_model, shapes, graph, arch, items, ref, samples, calibration_reads, source):
@@ -369,7 +374,9 @@ def _isolated(layer, onnx_model, shapes, graph, arch, items, ref, samples, calib
         sub_samples = [{r: (calibration_reads[r][k] if calibration_reads and r in calibration_reads else samples[k][r])
                         for r in reads} for k in range(len(samples))]
     try:
-        compiled = compile_model(sub, arch, calibration=sub_samples, name="layer")
+        # Without samples, alone and without gains: estimated from the layer alone, its ranges
+        # would start from synthetic N(0, 1) inputs, not from the model before it.
+        compiled = compile_model(sub, arch, calibration=sub_samples, name="layer", estimate_gains=False)
         got, _, _ = run_compiled(compiled, feeds_all)
     except SystolixError as e:
         return None, None, f"does not compile alone: {str(e)[:120]}", {}

@@ -142,7 +142,8 @@ def html_report(report: AccuracyReport) -> str:
     import matplotlib.pyplot as plt
 
     compile_kind = (f"calibrated on {report.calibration_samples} samples" if report.calibration_samples
-                    else "plain (no calibration data)")
+                    else "plain, gains estimated from the model (no calibration data; layers alone without gains)"
+                    if report.estimated_gains else "plain (no calibration data, no gains)")
     ratio = report.rms / report.limit_rms if report.limit_rms else float("nan")
     summary = _table([
         ["model", report.model],

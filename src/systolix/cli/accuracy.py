@@ -16,7 +16,8 @@ from systolix.cli.common import console, err_console, resolve_arch
 def _tables(report) -> list[Table]:
     from systolix.accuracy.report import ENTERS
 
-    kind = f"calibrated on {report.calibration_samples} samples" if report.calibration_samples else "plain"
+    kind = (f"calibrated on {report.calibration_samples} samples" if report.calibration_samples
+            else "plain, estimated gains" if report.estimated_gains else "plain, no gains")
     outputs = Table(title=f"{report.model} on {report.arch} ({kind}), {report.inputs} inputs: outputs' error (LSB)")
     for col in ["output", "ours RMS", "ours max", "limit RMS", "limit max", "ours / limit", "same class: ours",
                 "same class: limit"]:
@@ -65,6 +66,9 @@ def accuracy_command(
     output: Path = typer.Option(None, "--output", "-o", help="Write report.html and accuracy.json into this folder."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     outputs_only: bool = typer.Option(False, "--outputs-only", help="Only the outputs' errors (one compile, faster)."),
+    estimate_gains: bool = typer.Option(True, "--estimate-gains/--no-estimate-gains",
+                                        help="Without --calibrate, measure the plain compile with gains estimated from the "
+                                             "model itself (the default, as 'systolix compile') or without gains."),
 ) -> None:
     """Compile MODEL and report, per layer, the error the compile adds against the float model and
     against FP16BP8's limit (every tensor rounded, products exact), the layers that saturate, and
@@ -95,7 +99,7 @@ def accuracy_command(
             progress.update(task, description=what, completed=done, total=total)
 
         report = measure(model, architecture, inputs=inputs, count=count, seed=seed, calibration=calibrate,
-                         per_layer=not outputs_only, progress=on_step)
+                         per_layer=not outputs_only, progress=on_step, estimate_gains=estimate_gains)
         report.arch = arch
         if output is not None:
             from systolix.accuracy.report import write_report

@@ -62,9 +62,9 @@ def summary_tables(summary) -> list[Table]:
     elif summary.gains:
         exps = [int(k) for g in summary.gains.values() for k in g]
         totals.add_row("amplified weights", f"{len(summary.gains)} of {summary.conv_layers} conv layers, gains 2^{min(exps)} to "
-                                            f"2^{max(exps)} (estimated from the model itself: --estimate-gains)")
+                                            f"2^{max(exps)} (estimated from the model itself; --no-estimate-gains: none)")
     else:
-        totals.add_row("amplified weights", "none (no calibration data: --calibrate, or --estimate-gains)")
+        totals.add_row("amplified weights", "none (no calibration data: --calibrate; gains estimated from the model unless --no-estimate-gains)")
     totals.add_row("compile time", f"{summary.seconds:.2f} s")
 
     layers = Table(title="Layers")
@@ -122,10 +122,10 @@ def compile_command(
     no_split: bool = typer.Option(False, "--no-split",
                                   help="Fail when the constants exceed DRAM1 instead of cutting the model into programs run in a row "
                                        "(and a layer too large for DRAM1 by output channels)."),
-    estimate_gains: bool = typer.Option(False, "--estimate-gains",
+    estimate_gains: bool = typer.Option(True, "--estimate-gains/--no-estimate-gains",
                                         help="Without calibration data, amplify each layer's weights by gains sized from ranges "
                                              "estimated from the model itself (its batch-norm statistics and float runs on "
-                                             "synthetic inputs); compiles take several times longer."),
+                                             "synthetic inputs); on by default, --no-estimate-gains for plain weights."),
     no_pack_input: bool = typer.Option(False, "--no-pack-input",
                                        help="Keep every input in the plain layout (by default a few-channel input read by one "
                                             "conv is packed for it: space-to-depth or im2col, docs/tmodel-extension.md)."),

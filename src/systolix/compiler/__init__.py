@@ -161,7 +161,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
                   listing: bool = False, name: str | None = None,
                   progress: Callable[[str, int, int], None] | None = None,
                   calibration: Any = None, split: bool = True, dump_ir: str | Path | None = None,
-                  pack_inputs: bool = True, estimate_gains: bool = False) -> CompiledModel | CompiledPartitionedModel:
+                  pack_inputs: bool = True, estimate_gains: bool = True) -> CompiledModel | CompiledPartitionedModel:
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
     ``.tarch`` path or ``Architecture``).
 
@@ -177,7 +177,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     ``pack_inputs``: let the driver pack a few-channel input for the conv that reads it
     (``systolix.hir_passes.pack_inputs``; ``False``: every input in the plain layout).
     ``estimate_gains``: without calibration data, amplify each output channel's weights by gains
-    sized from ranges estimated from the model itself (``systolix.hir_passes.estimate_ranges``).
+    sized from ranges estimated from the model itself (``systolix.hir_passes.estimate_ranges``);
+    on by default, ``False`` for the plain weights (one binary point, no gains).
     Returns a model with ``.run(inputs)``, ``.save(directory)`` and ``.summary``.
     """
     started = time.perf_counter()

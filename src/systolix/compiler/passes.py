@@ -6,7 +6,7 @@
     Graph --place on host--> Graph --partition--> Program
     per segment: Graph --lower--> HIR --through interleaves, fold batch norms, fuse post-ops,
                  eliminate dead layers, split wide inputs,
-                 [split long reductions, estimate ranges: plain compiles with estimated gains]
+                 [split long reductions, estimate ranges: plain compiles (estimated gains, the default)]
                  [split long reductions, measure ranges, amplify weights, round weights:
                   calibrated compiles], pack inputs--> HIR --place constants--> Plan
     Program --split constants--> Program

@@ -6,7 +6,7 @@ statistics give each channel's mean and spread before the activation (``ConvLaye
 kept when it folds), and the weights carry the spread of their inputs forward, correlations
 between channels and pixels included. The pass runs the model in float (``systolix.ir.evaluate``,
 so every layer kind, padding and post-op counts as it computes), layer by layer, on ``RUNS``
-synthetic inputs: ``N(0, 1)`` per element (``INPUT_STD``: normalised inputs), with a part shared
+synthetic inputs (side by side: ``systolix.ir.evaluate.Runs``): ``N(0, 1)`` per element (``INPUT_STD``: normalised inputs), with a part shared
 by the pixels of each channel (``PIXEL_CORRELATION``, as an image's brightness is), so that an
 average pool's mean varies as much as an image's would. Where a layer has batch-norm statistics,
 its synthetic sums are moved and scaled per channel to them before its post-ops run, so the
@@ -25,13 +25,14 @@ tails: per-image brightness, ReLU chains): at ``SIGMAS = 12`` a few of 32 inputs
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 
 import numpy as np
 
 from systolix.hir_passes.measure_ranges import LayerRange
-from systolix.ir.evaluate import Evaluation, run_layer
+from systolix.ir.evaluate import Runs, run_layer_runs
 from systolix.ir.hir import ConvLayer, HirProgram
 
 # The spread assumed of each element of the model's inputs (mean 0): normalised inputs.
@@ -47,45 +48,50 @@ PIXEL_CORRELATION = 0.5
 SEED = 0
 
 
-def _synthetic_inputs(hir: HirProgram, rng: np.random.Generator) -> Evaluation:
-    """One synthetic input: each channel of each model input a part shared by its pixels and a
-    part of their own (correlation ``PIXEL_CORRELATION`` between any two pixels), ``N(0, 1)``."""
-    ev = Evaluation()
+def _synthetic_inputs(hir: HirProgram, rng: np.random.Generator, runs: Runs) -> None:
+    """``runs.count`` synthetic inputs: each channel of each model input a part shared by its
+    pixels and a part of their own (correlation ``PIXEL_CORRELATION`` between any two pixels),
+    ``N(0, 1)``."""
     shared, own = math.sqrt(PIXEL_CORRELATION), math.sqrt(1 - PIXEL_CORRELATION)
-    for act in hir.inputs.values():
-        z = shared * rng.standard_normal((act.C, 1, 1)) + own * rng.standard_normal((act.C, act.H, act.W))
-        ev.write(act, INPUT_STD * z)
-    return ev
+    values: dict[str, list[np.ndarray]] = {name: [] for name in hir.inputs}
+    for _ in range(runs.count):
+        for name, act in hir.inputs.items():
+            z = shared * rng.standard_normal((act.C, 1, 1)) + own * rng.standard_normal((act.C, act.H, act.W))
+            values[name].append(INPUT_STD * z)
+    for name, act in hir.inputs.items():
+        runs.write(act, np.stack(values[name]))
 
 
-def _channel_moments(values: list[np.ndarray], C: int) -> tuple[np.ndarray, np.ndarray]:
-    stacked = np.concatenate([v.reshape(C, -1) for v in values], axis=1)
-    return stacked.mean(axis=1), stacked.std(axis=1)
+def _channel_moments(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per channel of ``[R, C, H, W]`` values, their mean and standard deviation."""
+    per_channel = values.transpose(1, 0, 2, 3).reshape(values.shape[1], -1).astype(np.float64)
+    return per_channel.mean(axis=1), per_channel.std(axis=1)
 
 
 def estimate(hir: HirProgram, seed: int = SEED) -> dict[int, LayerRange]:
     """Per conv layer (index into ``hir.layers``) its estimated ``LayerRange``."""
     rng = np.random.default_rng(seed)
-    evs = [_synthetic_inputs(hir, rng) for _ in range(RUNS)]
+    runs = Runs(RUNS)
+    _synthetic_inputs(hir, rng, runs)
     ranges: dict[int, LayerRange] = {}
     for index, layer in enumerate(hir.layers):
         out = layer.output
         if not isinstance(layer, ConvLayer):
-            for ev in evs:
-                ev.write(out, run_layer(ev, layer, index))
+            runs.write(out, run_layer_runs(runs, layer, index))
             continue
         # The sums, through an average pool's own scaling, before the other post-ops.
         core = dataclasses.replace(layer, post_ops=layer.post_ops[:layer.scaling_ops])
-        sums = [run_layer(ev, core, index) for ev in evs]
-        partial = np.max(np.stack([ev.accumulator_max[index] for ev in evs]), axis=0)
-        mean, std = _channel_moments(sums, out.C)
-        final = np.max(np.stack([np.max(np.abs(s.reshape(out.C, -1)), axis=1, initial=0.0) for s in sums]), axis=0)
+        sums = run_layer_runs(runs, core, index)
+        partial = runs.accumulator_max[index]
+        mean, std = _channel_moments(sums)
+        final = np.abs(sums).max(axis=(0, 2, 3), initial=0.0).astype(np.float64)
         if layer.statistics is not None:
             # The model's own statistics: the synthetic sums moved and scaled to them.
             target_mean = np.asarray(layer.statistics[0], np.float64)
             target_std = np.asarray(layer.statistics[1], np.float64)
             ratio = np.where(std > 0, target_std / np.where(std > 0, std, 1.0), 1.0)
-            sums = [(s - mean[:, None, None]) * ratio[:, None, None] + target_mean[:, None, None] for s in sums]
+            shift = target_mean - mean * ratio
+            sums = sums * ratio[:, None, None].astype(sums.dtype) + shift[:, None, None].astype(sums.dtype)
             mean, std = target_mean, target_std
         # Partial sums (an average pool's, before its scaling) may go further than the final
         # ones: as much further as they did on the synthetic inputs.
@@ -93,11 +99,16 @@ def estimate(hir: HirProgram, seed: int = SEED) -> dict[int, LayerRange]:
         peak = (np.abs(mean) + SIGMAS * std) * np.maximum(further, 1.0)
         ranges[index] = LayerRange(peak, peak, RUNS * out.P, estimated=True)
         post = layer.post_ops[layer.scaling_ops:]
-        for ev, acc in zip(evs, sums):
-            for p in post:
-                acc = p.evaluate(acc, ev.read)
-            ev.write(out, acc)
+        if post:
+            sums = np.stack([_post(sums[r], post, runs.run(r)) for r in range(runs.count)])
+        runs.write(out, sums)
     return ranges
+
+
+def _post(acc: np.ndarray, post_ops, ev) -> np.ndarray:
+    for p in post_ops:
+        acc = p.evaluate(acc, ev.read)
+    return acc
 
 
 def estimate_ranges(hir: HirProgram, ctx) -> HirProgram:
@@ -106,4 +117,15 @@ def estimate_ranges(hir: HirProgram, ctx) -> HirProgram:
     ``HirProgram.ranges`` from ``estimate``."""
     if ctx.samples or not ctx.estimate_gains or not ctx.arch.data_type.is_fixed:
         return hir
-    return dataclasses.replace(hir, ranges=estimate(hir))
+    # Its products are small (blocks of N channels), and BLAS threads spinning on a loaded
+    # machine made the estimate 6x slower (2 cores shared by several jobs): one thread.
+    with _one_blas_thread():
+        return dataclasses.replace(hir, ranges=estimate(hir))
+
+
+def _one_blas_thread():
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - installed with scikit-learn; not a hard dependency
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")

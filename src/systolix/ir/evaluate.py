@@ -123,9 +123,12 @@ def _conv(ev: Evaluation, layer: ConvLayer, index: int) -> np.ndarray:
 
 
 def _maxpool(ev: Evaluation, layer: MaxPoolLayer) -> np.ndarray:
-    x = ev.read(layer.input)
+    return _maxpool_chw(ev.read(layer.input), layer)
+
+
+def _maxpool_chw(x: np.ndarray, layer: MaxPoolLayer) -> np.ndarray:
     out = layer.output
-    result = np.full((out.C, out.H, out.W), -np.inf)
+    result = np.full((x.shape[0], out.H, out.W), -np.inf, x.dtype)
     for _, _, window in taps(x, out.H, out.W, layer.kernel, layer.stride, layer.dilation, layer.pads, -np.inf):
         result = np.maximum(result, window)
     return result
@@ -186,3 +189,118 @@ def run_reference(hir: HirProgram, inputs: dict[str, np.ndarray]) -> dict[str, n
     """The IR's outputs in float, in the model's own shapes."""
     ev = evaluate(hir, inputs)
     return {name: output_onnx(hir, name, ev.read(act)) for name, act in hir.outputs.items()}
+
+
+class Runs:
+    """Several runs of the same program side by side (``systolix.hir_passes.estimate_ranges``'s
+    synthetic inputs): each memory object ``[R, G*N, P]`` in float32, so that a conv layer is one
+    matrix product per tap and block for all runs rather than one per run (8 runs of YOLOv4-tiny
+    in well under a second instead of tens of seconds one by one in float64)."""
+
+    def __init__(self, count: int, dtype=np.float32):
+        self.count = count
+        self.dtype = dtype
+        self.storage: dict[int, np.ndarray] = {}
+        self.accumulator_max: dict[int, np.ndarray] = {}
+        """layer index -> per output channel, the largest |partial or final sum| over every run
+        (as ``Evaluation.accumulator_max``)"""
+
+    def read(self, act: Activation) -> np.ndarray:
+        """``act`` as ``[R, C, H, W]``."""
+        root, g0 = act.root()
+        c0 = g0 * act.N
+        return self.storage[id(root)][:, c0:c0 + act.C].reshape(self.count, act.C, act.H, act.W)
+
+    def write(self, act: Activation, value: np.ndarray) -> None:
+        root, g0 = act.root()
+        data = self.storage.get(id(root))
+        if data is None:
+            data = np.zeros((self.count, root.G * root.N, root.P), self.dtype)
+            self.storage[id(root)] = data
+        c0 = g0 * act.N
+        data[:, c0:c0 + act.C] = value.reshape(self.count, act.C, -1)
+
+    def run(self, r: int) -> Evaluation:
+        """Run ``r`` alone, as an ``Evaluation`` to read from (for ``run_layer`` and post-ops)."""
+        view = Evaluation()
+        view.read = lambda act: self.read(act)[r]  # type: ignore[method-assign]
+        return view
+
+
+# Partial sums held at once by ``_conv_runs`` (floats): a chunk of the runs' output pixels small
+# enough that its partial sums after every step stay in cache.
+STEP_BUDGET = 1 << 19
+COLUMNS = 1024
+
+
+def _conv_runs(runs: Runs, layer: ConvLayer, index: int) -> np.ndarray:
+    out = layer.output
+    R, P, dt = runs.count, out.H * out.W, runs.dtype
+    columns = R * P  # the runs side by side in each matrix's columns
+    # The steps in the order ``_conv`` accumulates them (input, tap, block of N input channels),
+    # each a [Cout, columns] term: per input, its coefficients per step and its taps (im2col).
+    parts = []
+    steps = 0
+    for inp in layer.inputs:
+        x = runs.read(inp.act)
+        C = x.shape[1]
+        stacked = x.transpose(1, 0, 2, 3).reshape(C * R, x.shape[2], x.shape[3])
+        windows = np.stack([w.reshape(C, columns) for _, _, w in
+                            taps(stacked, out.H, out.W, layer.kernel, layer.stride, layer.dilation, layer.pads, 0.0)])
+        T = windows.shape[0]
+        if inp.weights is None:
+            parts.append((False, inp.diagonal.reshape(C, T).T.astype(dt)[:, :, None], windows))
+            steps += T
+            continue
+        n = inp.act.N
+        B = -(-C // n)
+        pad = B * n - C
+        w = np.pad(inp.weights.astype(dt), ((0, 0), (0, pad), (0, 0), (0, 0))) if pad else inp.weights.astype(dt)
+        w = w.reshape(out.C, B, n, T).transpose(3, 1, 0, 2).reshape(T * B, out.C, n)
+        if pad:
+            windows = np.pad(windows, ((0, 0), (0, pad), (0, 0)))
+        parts.append((True, w, windows.reshape(T * B, n, columns)))
+        steps += T * B
+    bias = np.asarray(layer.bias, np.float64)
+    peak = np.abs(bias) if out.C else np.zeros(0)
+    acc = np.empty((out.C, columns), dt)
+    # Columns a few hundred wide (efficient products), as many steps at a time as fit.
+    width = min(columns, COLUMNS)
+    group = max(1, STEP_BUDGET // max(1, out.C * width))
+    scratch = np.empty(min(group, steps) * out.C * width, dt)
+    order = [(dense, coefficients, data, k) for dense, coefficients, data in parts for k in range(0, data.shape[0], group)]
+    for p0 in range(0, columns, width):
+        p1 = min(columns, p0 + width)
+        carry = np.broadcast_to(bias.astype(dt)[:, None], (out.C, p1 - p0))
+        for dense, coefficients, data, k0 in order:
+            k1 = min(data.shape[0], k0 + group)
+            terms = scratch[:(k1 - k0) * out.C * (p1 - p0)].reshape(k1 - k0, out.C, p1 - p0)
+            (np.matmul if dense else np.multiply)(coefficients[k0:k1], data[k0:k1, :, p0:p1], out=terms)
+            terms[0] += carry
+            for k in range(1, k1 - k0):  # the partial sums after each step
+                np.add(terms[k], terms[k - 1], out=terms[k])
+            carry = acc[:, p0:p1]
+            carry[...] = terms[-1]
+            if terms.size:
+                peak = np.maximum(peak, np.abs(terms, out=terms).max(axis=(0, 2)))
+    result = acc.reshape(out.C, R, out.H, out.W).transpose(1, 0, 2, 3)
+    for k, p in enumerate(layer.post_ops):
+        result = np.stack([p.evaluate(result[r], runs.run(r).read) for r in range(R)]).astype(runs.dtype)
+        if k < layer.scaling_ops and result.size:
+            # An average pool's own multiplies run before a gain is undone: they count too.
+            peak = np.maximum(peak, np.abs(result).max(axis=(0, 2, 3)))
+    runs.accumulator_max[index] = peak
+    return result
+
+
+def run_layer_runs(runs: Runs, layer, index: int) -> np.ndarray:
+    """One layer's output for every run (``[R, C, H, W]``); a conv layer's accumulator range
+    (the largest over the runs) goes to ``runs.accumulator_max[index]``."""
+    if isinstance(layer, ConvLayer):
+        return _conv_runs(runs, layer, index)
+    if isinstance(layer, MaxPoolLayer):
+        x = runs.read(layer.input)
+        R, C, H, W = x.shape
+        result = _maxpool_chw(x.reshape(R * C, H, W), layer)
+        return result.reshape(R, C, result.shape[1], result.shape[2])
+    return np.stack([run_layer(runs.run(r), layer, index) for r in range(runs.count)])
