@@ -128,7 +128,7 @@ def main() -> None:
                 hosts = len(getattr(compiled.summary, "host_reasons", {}) or {})
                 if hosts:
                     label += f", {hosts} host nodes"
-                    got, saturated = _run(compiled, items)
+                got, saturated = _run(compiled, items)
                 _add_row(table, name, arch, f"{label} ({time.perf_counter() - started:.0f} s)", got, ref, margin,
                          saturated, limit)
     console.print(table)
