@@ -4,8 +4,15 @@ FP16BP8 stores every value on the grid ``2^-8``, so a tensor whose values stay n
 layer's output, a batch norm + ReLU of small range) keeps five significant bits. Given the ranges
 the compile already has (``HirProgram.ranges``: measured on calibration samples by
 ``measure_ranges``, or estimated from the model by ``estimate_ranges``), this pass stores such a
-tensor at an exponent ``e``: the stored value is ``real * 2^e``, ``e`` the largest that keeps the
-tensor's range ``HEADROOM`` times below saturation (at most ``MAX_EXPONENT``, at least 0).
+tensor at an exponent ``e``: the stored value is ``real * 2^e``, ``e`` at most what keeps the
+tensor's range ``HEADROOM`` times below saturation (and ``MAX_EXPONENT``, at least 0).
+
+Filling the range is not always better: a consumer's sums keep their range (which sets its gain),
+so its weights become ``2^e`` smaller and lose ``e`` bits. Within the range ``e`` is the one that
+minimises an estimate of the error the tensor adds to its consumers' sums (``_consumer_cost``: its
+own rounding, ``2^-2e``, against their weights' rounding, which grows as ``2^2e`` once their gain
+cannot make it up, and their products'), taken only where the estimate at least halves
+(``REQUIRED_GAIN``): small tensors, or tensors read by depthwise layers of few products.
 
 Its producer computes at that exponent: a conv layer's weights on input ``i`` are multiplied by
 ``2^(e_out - e_i)`` and its bias and the constants of its accumulator operations that add to or
