@@ -9,7 +9,7 @@ every computed tensor rounded to FP16BP8 and every product exact, what no FP16BP
 expected to beat (``systolix.models.rounded``). ``--option branch_scale=1.0`` passes a builder
 option. ``--model yolov4_tiny`` (not a classifier: its errors count) and the small torch models
 of ``tests/torch_models.py`` (``torch_cnn``, ...; random normal inputs, as their batch norms were
-fitted to) are there for the errors against the limit (the column "x limit": the RMS error
+fitted to) and the held-out ``untuned/vgg``, ... (``systolix.models.untuned``, random normal inputs) are there for the errors against the limit (the column "x limit": the RMS error
 over the every-tensor-rounded row's). Takes 30 to 90 s per model and array on two cores for 1,000 inputs (MobileNet,
 ResNet-20); the MLP takes seconds. ``--model vit_tiny --model bert_tiny --arch ultra96v2 --arch
 ultra96v2_tandem`` (issue 21's transformers; ``--no-host`` for the unit with no host fallback). ``--model resnet50v2`` (not among the defaults) takes about
@@ -44,6 +44,9 @@ LARGE_CLASSIFIERS = ["resnet50v2"]
 OTHERS = ["yolov4_tiny", *torch_models.NAMES]
 # Issue 21's transformers: not run by default; with ``--arch ultra96v2 --arch ultra96v2_tandem``.
 TRANSFORMERS = ["vit_tiny", "bert_tiny"]
+# Held-out models (``systolix.models.untuned``), never tuned on: measured, on random normal inputs.
+HELD_OUT = ["untuned/vgg", "untuned/wide_resnet", "untuned/separable", "untuned/unet", "untuned/audio", "untuned/mlp",
+            "untuned/dense"]
 ARCHS = ["pynqz1", "ultra96v2", "zcu104"]
 MORE_ARCHS = ["ultra96v2_tandem"]
 LSB = DataType.FP16BP8.resolution
@@ -73,7 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inputs", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=128, help="calibration samples")
-    parser.add_argument("--model", action="append", choices=CLASSIFIERS + LARGE_CLASSIFIERS + OTHERS + TRANSFORMERS)
+    parser.add_argument("--model", action="append", choices=CLASSIFIERS + LARGE_CLASSIFIERS + OTHERS + TRANSFORMERS + HELD_OUT)
     parser.add_argument("--arch", action="append", choices=ARCHS + MORE_ARCHS)
     parser.add_argument("--no-host", action="store_true", help="compile with no host fallback (an error if a node cannot lower)")
     parser.add_argument("--plain", action="store_true", help="also compile without calibration data")
@@ -99,6 +102,10 @@ def main() -> None:
     for name in args.model or CLASSIFIERS:
         if name in torch_models.NAMES:
             model, inputs = torch_models.build(name), torch_models.normal_inputs
+        elif name in HELD_OUT:
+            from systolix.models.untuned import build_untuned
+
+            model, inputs = build_untuned(name), torch_models.normal_inputs
         else:
             inputs = M.example_inputs
             try:

@@ -6,9 +6,10 @@
     Graph --place on host--> Graph --partition--> Program
     per segment: Graph --lower--> HIR --through interleaves, fold batch norms, fuse post-ops,
                  eliminate dead layers, split wide inputs,
-                 [split long reductions, estimate ranges: plain compiles (estimated gains, the default)]
-                 [split long reductions, measure ranges, amplify weights, round weights:
-                  calibrated compiles], pack inputs--> HIR --place constants--> Plan
+                 [split long reductions, estimate ranges, tensor exponents, amplify weights:
+                  plain compiles (estimated gains, the default)]
+                 [split long reductions, measure ranges, tensor exponents, amplify weights,
+                  round weights: calibrated compiles], pack inputs--> HIR --place constants--> Plan
     Program --split constants--> Program
     per segment: Plan --allocate memory, tile layers--> Plan --emit--> LIR
                  --bind memories, roll up--> LIR --encode--> Artifacts
@@ -34,6 +35,7 @@ from systolix.hir_passes.pack_inputs import pack_inputs
 from systolix.hir_passes.round_weights import round_weights
 from systolix.hir_passes.split_long_reductions import split_long_reductions
 from systolix.hir_passes.split_wide_inputs import split_wide_inputs
+from systolix.hir_passes.tensor_exponents import tensor_exponents
 from systolix.hir_passes.through_interleaves import through_interleaves
 from systolix.lowering import lower
 from systolix.planning.allocators import allocate_memory
@@ -62,6 +64,7 @@ PASSES = (
     Pass("split long reductions", split_long_reductions, SEGMENT),
     Pass("measure ranges", measure_ranges, SEGMENT),
     Pass("estimate ranges", estimate_ranges, SEGMENT),
+    Pass("tensor exponents", tensor_exponents, SEGMENT),
     Pass("amplify weights", amplify_weights, SEGMENT),
     Pass("round weights", round_weights, SEGMENT),
     Pass("pack inputs", pack_inputs, SEGMENT),

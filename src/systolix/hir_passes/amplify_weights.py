@@ -25,9 +25,13 @@ own multiplies (``ConvLayer.scaling_ops``), so its accumulators hold 4 to 8x the
 gain may go below zero when the samples' sums (times the pool's own multipliers) need the room,
 and it is undone after those multipliers, where the value is back to the mean's scale.
 
-Scaling the stored tensors too (per-tensor binary points) was tried and measured worse: the
-accumulator's few bits of headroom are better spent on the weights, whose rounding dominates
-(``K * E[x^2]`` LSB^2 per sum against one LSB^2 for storing the result).
+Scaling every stored tensor to fill its range (per-tensor binary points) was tried and measured
+worse: a consumer's sums keep their range, so an input stored ``2^e`` larger leaves its weights
+``2^e`` smaller, and the accumulator's few bits of headroom are better spent on the weights, whose
+rounding dominates (``K * E[x^2]`` LSB^2 per sum against one LSB^2 for storing the result). So
+``tensor_exponents`` (which runs before this pass; a gain then undoes to the output's exponent)
+stores a tensor at an exponent only where an estimate of both says the tensor's own rounding
+dominates: small tensors.
 """
 
 from __future__ import annotations

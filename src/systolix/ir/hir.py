@@ -344,6 +344,9 @@ class HirProgram(Structural):
     rounded: list[str] = field(default_factory=list)
     """Calibrated compiles (``systolix.hir_passes.rounding``): conv layers whose weights were
     rounded to keep their outputs on the samples close to the float ones."""
+    exponents: dict[str, int] = field(default_factory=dict)
+    """Compiles with ranges (``systolix.hir_passes.tensor_exponents``): per root tensor stored at
+    an exponent ``e`` (stored value ``real * 2^e``), by name; the others are at 0."""
     ranges: dict = field(default_factory=dict, compare=False)
     """Calibrated compiles (``systolix.hir_passes.ranges``): what the samples showed of each conv
     layer (by index into ``layers``), for the passes that follow."""
@@ -361,6 +364,8 @@ class HirProgram(Structural):
             if layer.name in self.gains:
                 g = self.gains[layer.name]
                 text += f"\n    calibrated gain 2^{int(g.min())}..2^{int(g.max())}"
+            if layer.output.root()[0].name in self.exponents and layer.output.parent is None:
+                text += f"\n    output stored at exponent {self.exponents[layer.output.name]} (value x 2^{self.exponents[layer.output.name]})"
             if layer.name in self.rounded:
                 text += "\n    weights rounded to the samples (GPTQ)"
             lines.append(f"{k:4d} {text}")
