@@ -150,7 +150,8 @@ def tensor_bounds(hir: HirProgram) -> tuple[dict[int, float], dict[int, float]]:
                 else:
                     acc = math.inf  # unknown: the output stays at exponent 0
                 largest = max(largest, acc)
-            accumulators[index] = largest
+            if math.isfinite(largest):
+                accumulators[index] = largest  # else unknown (an op not bounded above): absent
             put(layer.output, acc)
         elif isinstance(layer, PixelMixLayer):
             b = bound(layer.input)
@@ -159,7 +160,7 @@ def tensor_bounds(hir: HirProgram) -> tuple[dict[int, float], dict[int, float]]:
             put(layer.output, None if b is None else b * float(np.max(sums, initial=0.0)))
         elif isinstance(layer, (MaxPoolLayer, RemapLayer, ShuffleLayer)):
             put(layer.output, bound(layer.input))
-        else:  # pragma: no cover - every layer kind is above
+        else:  # another kind (a product of two computed tensors): unknown, so pinned at 0
             put(layer.output, None)
     return tensors, accumulators
 
@@ -200,6 +201,8 @@ def _exponents(hir: HirProgram, dtype: DataType, tensors: dict[int, float], accu
         caps[key] = min(caps.get(key, math.inf), value)
 
     def exponent_for(value: float) -> float:
+        if not math.isfinite(value):
+            return 0
         if value <= 0:
             return MAX_EXPONENT
         return math.floor(math.log2(dtype.max_value / (value * HEADROOM)))
@@ -215,6 +218,11 @@ def _exponents(hir: HirProgram, dtype: DataType, tensors: dict[int, float], accu
         if isinstance(layer, ConvLayer):
             if index in accumulators:
                 cap(out, exponent_for(accumulators[index]))
+            else:
+                # Sums of unknown range (an op the bounds do not follow, e.g. a LayerNorm on the
+                # Tandem unit): its weights cannot be rescaled safely, so its inputs stay at 0 too.
+                pinned.add(out)
+                pinned.update(_root(inp.act) for inp in layer.inputs)
             for op in layer.post_ops:
                 if not _homogeneous(op):
                     pinned.add(out)
@@ -222,10 +230,16 @@ def _exponents(hir: HirProgram, dtype: DataType, tensors: dict[int, float], accu
                     groups.union(_root(op.operand), out)
                 elif op.tensor is not None:
                     pinned.add(_root(op.tensor))  # a product's operand: its exponent would add
-        else:
-            # Data movement and max pooling: the output holds the input's values.
+        elif isinstance(layer, (MaxPoolLayer, RemapLayer, ShuffleLayer, PixelMixLayer)):
+            # Data movement, max pooling and pixel mixes: the output holds the input's values (or
+            # constant combinations of them) at the input's exponent.
             for act in layer.reads():
                 groups.union(_root(act), out)
+        else:
+            # A product of two computed tensors (attention): its exponent would be the operands'
+            # sum, which its lowering does not know; everything it touches stays at 0.
+            pinned.add(out)
+            pinned.update(_root(act) for act in layer.reads())
     caps_by_group: dict[int, float] = {}
     for key in set(groups.parent) | set(caps) | pinned:
         g = groups.find(key)
