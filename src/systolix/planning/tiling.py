@@ -19,7 +19,7 @@ import numpy as np
 
 from systolix.ir.hir import ConvLayer, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
 from systolix.ir.lir import Memory
-from systolix.ir.plan import BANDS, ROWS_THEN_GROUPS, Buffer, LayerPlan, Plan, Stage
+from systolix.ir.plan import BANDS, PIPELINED, ROWS_THEN_GROUPS, Buffer, LayerPlan, Plan, Stage
 from systolix.planning.errors import SchedulingError
 
 
@@ -42,6 +42,11 @@ class ConvTiling:
     acc_scratch: int
     acc_bcast: int
     acc_const: int
+    # Pipelined (double-buffered): one context per lock half of local memory, ``(weights,
+    # band, staging)`` bases each; stage s (resident weights, a copy in each half) or weight
+    # chunk j (streamed, the band copied into both halves) works in context s % 2 (j % 2) while
+    # the DRAM moves of the next one fill the other. Empty: one context (the fields above).
+    contexts: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(eq=False)
@@ -82,7 +87,7 @@ def _acc(name: str, base: int, size: int) -> Buffer:
     return Buffer(name, Memory.ACCUMULATORS, base, size)
 
 
-def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool) -> LayerPlan:
+def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipeline: bool = True) -> LayerPlan:
     N = arch.array_size
     out = layer.output
     KH, KW = layer.kernel
@@ -135,6 +140,10 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool) -> Laye
         resident = True
     else:
         R, ng = search(0 if resident else 1 + N)
+    if R and pipeline and not consts_local and region0 == 0 and not diagonal:
+        pipelined = _pipelined_conv(layer, consts, arch, (R, ng, resident), rows_in, local_need, search, OH, OW, H, W, Go, sum_gi)
+        if pipelined is not None:
+            return pipelined
     if not R:
         raise SchedulingError(
             f"layer {layer.name!r} needs {local_need(1, 1) + (0 if resident else 1 + N)} vectors of local memory for one output row "
@@ -164,6 +173,77 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool) -> Laye
          _acc("SIMD constants", acc_const, n_simd)],
         stage_base + tile, tile_copies * tile + n_simd + n_bcast,
         ConvTiling(R, ng, rows_in(R), diagonal, resident, w_base, w_size, in_base, stage_base, tile, acc_const - n_bcast, acc_const))
+
+
+def _conv_cost(consts, arch, R: int, OH: int, OW: int, band: int, total_w: int, resident: bool, pipelined: bool) -> float:
+    """Clocks a conv plan takes, roughly: per stage the array's work (every weight block's load
+    and drain, the band streaming through it, the bias) against the DRAM moves (band, weights,
+    saves) at ``vector_bytes / 16`` clocks a vector (a 128-bit port); a pipelined plan overlaps
+    the two, a plain one adds them. Only the comparison between plans of one layer matters."""
+    N = arch.array_size
+    per_vector = arch.vector_bytes / 16
+    n_go = len(consts.blocks)
+    n_blocks = sum(len(b) for b in consts.blocks) + n_go  # the bias is a block too
+    cost = 0.0
+    for oh0 in range(0, OH, R):
+        rows = min(R, OH - oh0)
+        compute = n_blocks * (rows * OW + 3 * N + 1) + n_go * rows * OW
+        moved = band * (2 if pipelined and not resident else 1) + n_go * rows * OW + (0 if resident else total_w)
+        cost += max(compute, moved * per_vector) if pipelined else compute + moved * per_vector
+    weights_once = total_w * (2 if pipelined else 1) if resident else 0
+    return cost + weights_once * per_vector / (2 if pipelined else 1) + (band * per_vector if pipelined else 0)
+
+
+def _pipelined_conv(layer: ConvLayer, consts, arch, plain: tuple[int, int, bool], rows_in, local_need, search,
+                    OH: int, OW: int, H: int, W: int, Go: int, sum_gi: int) -> LayerPlan | None:
+    """The double-buffered plan of a conv layer when it overlaps something (more than one stage,
+    or weights streamed chunk by chunk) and the rough cost model prefers it to the plain one."""
+    N = arch.array_size
+    half = arch.local_depth // 2
+    total_w = consts.stored
+    R0, ng0, resident0 = plain
+    if len(range(0, OH, R0)) < 2 and resident0:
+        return None
+    # The same searches, in half of local memory.
+    full_avail = arch.local_depth
+    R, ng, resident = 0, 0, False
+    for extra, res in ((total_w, True), (1 + N, False)):
+        R, ng = search(extra + (full_avail - half))
+        if R:
+            resident = res
+            break
+    if not R or (resident and len(range(0, OH, R)) < 2):
+        return None
+    band = rows_in(R) * W * sum_gi
+    band0 = rows_in(R0) * W * sum_gi
+    if _conv_cost(consts, arch, R, OH, OW, band, total_w, resident, True) >= \
+            _conv_cost(consts, arch, R0, OH, OW, band0, total_w, resident0, False):
+        return None
+    w_size = total_w if resident else half - local_need(R, ng)
+    tile = R * OW * ng
+    n_simd = consts.simd
+    tile_copies = max([p.tile_copies for p in layer.post_ops], default=1)
+    n_bcast = Go if any(p.broadcast for p in layer.post_ops) else 0
+    acc_const = arch.accumulator_depth - n_simd
+    contexts = tuple((k * half, k * half + w_size, k * half + w_size + band) for k in range(2))
+    sh, pt, KH, dh = layer.stride[0], layer.pads[0], layer.kernel[0], layer.dilation[0]
+    stages = []
+    for oh0 in range(0, OH, R):
+        oh1 = min(OH, oh0 + R)
+        ih_lo = max(0, oh0 * sh - pt)
+        ih_hi = min(H, (oh1 - 1) * sh - pt + (KH - 1) * dh + 1)
+        stages.append(Stage((oh0, oh1), (ih_lo, max(ih_lo, ih_hi))))
+    local = []
+    for k, (wb, bb, sb) in enumerate(contexts):
+        local += [_buffer(f"weights {k}", wb, w_size), _buffer(f"input band {k}", bb, band), _buffer(f"staging {k}", sb, tile)]
+    return LayerPlan(
+        layer.name, "conv", PIPELINED, "resident, a copy a half" if resident else "streamed, double-buffered", stages,
+        [(g, min(Go, g + ng)) for g in range(0, Go, ng)], local,
+        [_acc("tile", 0, tile), _acc("second tile", tile, tile * (tile_copies - 1)), _acc("broadcast", acc_const - n_bcast, n_bcast),
+         _acc("SIMD constants", acc_const, n_simd)],
+        contexts[1][2] + tile, tile_copies * tile + n_simd + n_bcast,
+        ConvTiling(R, ng, rows_in(R), False, resident, contexts[0][0], w_size, contexts[0][1], contexts[0][2], tile,
+                   acc_const - n_bcast, acc_const, contexts))
 
 
 def maxpool(layer: MaxPoolLayer, consts, plan: Plan, arch, consts_local: bool) -> LayerPlan:
@@ -329,6 +409,8 @@ TILERS = {ConvLayer: conv, MaxPoolLayer: maxpool, PixelMixLayer: pixelmix, Shuff
 def tile_layers(plan: Plan, ctx) -> Plan:
     """The pass: a ``LayerPlan`` for every layer."""
     consts_local = plan.memory.consts_local
-    layers = [TILERS[type(layer)](layer, c.data, plan, ctx.arch, consts_local)
+    pipeline = getattr(ctx, "pipeline", True)
+    layers = [conv(layer, c.data, plan, ctx.arch, consts_local, pipeline) if isinstance(layer, ConvLayer) else
+              TILERS[type(layer)](layer, c.data, plan, ctx.arch, consts_local)
               for layer, c in zip(plan.hir.layers, plan.constants.layers)]
     return dataclasses.replace(plan, layers=layers)
