@@ -140,10 +140,12 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
         resident = True
     else:
         R, ng = search(0 if resident else 1 + N)
-    if R and pipeline and not consts_local and region0 == 0 and not diagonal:
-        pipelined = _pipelined_conv(layer, consts, arch, (R, ng, resident), rows_in, local_need, search, OH, OW, H, W, Go, sum_gi)
-        if pipelined is not None:
-            return pipelined
+    pipelined = False
+    if R and not diagonal:
+        R, ng, resident, pipelined = _choose(layer, consts, arch, (R, ng, resident), rows_in, local_need, acc_avail, local_avail,
+                                             pipeline and not consts_local and region0 == 0, consts_local)
+    if pipelined:
+        return _pipelined_conv(layer, consts, arch, R, ng, resident, rows_in, local_need, H, W, sum_gi)
     if not R:
         raise SchedulingError(
             f"layer {layer.name!r} needs {local_need(1, 1) + (0 if resident else 1 + N)} vectors of local memory for one output row "
@@ -184,41 +186,83 @@ def _conv_cost(consts, arch, R: int, OH: int, OW: int, band: int, total_w: int, 
     per_vector = arch.vector_bytes / 16
     n_go = len(consts.blocks)
     n_blocks = sum(len(b) for b in consts.blocks) + n_go  # the bias is a block too
-    cost = 0.0
-    for oh0 in range(0, OH, R):
-        rows = min(R, OH - oh0)
+
+    def stage(rows: int) -> float:
         compute = n_blocks * (rows * OW + 3 * N + 1) + n_go * rows * OW
-        moved = band * (2 if pipelined and not resident else 1) + n_go * rows * OW + (0 if resident else total_w)
-        cost += max(compute, moved * per_vector) if pipelined else compute + moved * per_vector
+        moved = band + n_go * rows * OW + (0 if resident else total_w)
+        if not pipelined:
+            return compute + moved * per_vector
+        if resident:  # the next band and the last saves behind the array
+            return max(compute, moved * per_vector)
+        # Streamed: the band into both halves first (the last stage's chunks read them), then
+        # the chunks and saves behind the array.
+        return 2 * band * per_vector + max(compute, (moved - band) * per_vector)
+
+    cost = (OH // R) * stage(R) + (stage(OH % R) if OH % R else 0.0)
     weights_once = total_w * (2 if pipelined else 1) if resident else 0
     return cost + weights_once * per_vector / (2 if pipelined else 1) + (band * per_vector if pipelined else 0)
 
 
-def _pipelined_conv(layer: ConvLayer, consts, arch, plain: tuple[int, int, bool], rows_in, local_need, search,
-                    OH: int, OW: int, H: int, W: int, Go: int, sum_gi: int) -> LayerPlan | None:
-    """The double-buffered plan of a conv layer when it overlaps something (more than one stage,
-    or weights streamed chunk by chunk) and the rough cost model prefers it to the plain one."""
+def _choose(layer: ConvLayer, consts, arch, first: tuple[int, int, bool], rows_in, local_need, acc_avail: int, local_avail: int,
+            may_pipeline: bool, consts_local: bool) -> tuple[int, int, bool, bool]:
+    """``(rows, groups, resident, pipelined)``: of the plans that fit (for every number of output
+    groups a partition computes, the most rows with the weights resident or streamed, in all of
+    local memory or, pipelined, in half of it), the one ``_conv_cost`` scores lowest. Fewer
+    groups let more rows share each weight block's load: more vectors per weight tile. ``first``
+    (the most groups, then the most rows) wins ties."""
+    out = layer.output
+    OH, OW, Go = out.H, out.W, out.G
     N = arch.array_size
+    sum_gi = sum(inp.act.G for inp in layer.inputs)
+    W = layer.inputs[0].act.W
+    total_w = consts.stored
+    half = arch.local_depth // 2
+
+    def most_rows(ng: int, extra: int, avail: int) -> int:
+        lo, hi = 0, min(OH, acc_avail // (OW * ng))
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if local_need(mid, ng) + extra <= avail:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def cost(R, resident, pipelined):
+        return _conv_cost(consts, arch, R, OH, OW, rows_in(R) * W * sum_gi, 0 if consts_local else total_w, resident, pipelined)
+
+    R, ng, resident = first
+    best, choice = cost(R, resident, False), (R, ng, resident, False)
+    lowest = Go if any(p.all_groups for p in layer.post_ops) else 1
+    options = []
+    for g in range(min(Go, acc_avail // OW), lowest - 1, -1):
+        if consts_local:  # the weights already sit in local memory: nothing to load or stream
+            options.append((g, 0, True, local_avail, False))
+            continue
+        options.append((g, total_w, True, local_avail, False))
+        options.append((g, 1 + N, False, local_avail, False))
+        if may_pipeline:
+            options.append((g, total_w, True, half - (arch.local_depth - local_avail), True))
+            options.append((g, 1 + N, False, half - (arch.local_depth - local_avail), True))
+    for g, extra, res, avail, pipe in options:
+        r = most_rows(g, extra, avail)
+        if not r or (pipe and res and r >= OH):
+            continue
+        c = cost(r, res, pipe)
+        if c < best * (1 - 1e-9):
+            best, choice = c, (r, g, res, pipe)
+    return choice
+
+
+def _pipelined_conv(layer: ConvLayer, consts, arch, R: int, ng: int, resident: bool, rows_in, local_need,
+                    H: int, W: int, sum_gi: int) -> LayerPlan:
+    """The double-buffered plan of a conv layer: one context (weights, band, staging) in each
+    lock half of local memory."""
     half = arch.local_depth // 2
     total_w = consts.stored
-    R0, ng0, resident0 = plain
-    if len(range(0, OH, R0)) < 2 and resident0:
-        return None
-    # The same searches, in half of local memory.
-    full_avail = arch.local_depth
-    R, ng, resident = 0, 0, False
-    for extra, res in ((total_w, True), (1 + N, False)):
-        R, ng = search(extra + (full_avail - half))
-        if R:
-            resident = res
-            break
-    if not R or (resident and len(range(0, OH, R)) < 2):
-        return None
+    out = layer.output
+    OH, OW, Go = out.H, out.W, out.G
     band = rows_in(R) * W * sum_gi
-    band0 = rows_in(R0) * W * sum_gi
-    if _conv_cost(consts, arch, R, OH, OW, band, total_w, resident, True) >= \
-            _conv_cost(consts, arch, R0, OH, OW, band0, total_w, resident0, False):
-        return None
     w_size = total_w if resident else half - local_need(R, ng)
     tile = R * OW * ng
     n_simd = consts.simd
