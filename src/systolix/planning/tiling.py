@@ -1,8 +1,10 @@
 """Tile layers: for each layer, the stages, partitions and buffers of its ``LayerPlan``.
 
 A conv layer is cut into *stages* (bands of output rows whose input rows fit local memory) and
-each stage into *partitions* (output channel groups whose results fit the accumulators): the
-most channel groups, then the most rows, that fit (``conv``). Within a partition the order is
+each stage into *partitions* (output channel groups whose results fit the accumulators): of the
+plans that fit, for every number of groups the most rows, the one a rough cost model scores
+lowest (``_choose``), possibly *pipelined*: double-buffered across the two lock halves of local
+memory (``_pipelined_conv``). Within a partition the order is
 weight-stationary: every nonzero N x N weight block is loaded into the array once and the whole
 band streams through it. Local memory during a layer: ``[constants (local-consts) | activations
 (local-vars) | weights (resident, or one chunk at a time) | input band | staging]``; the
