@@ -129,16 +129,35 @@ def test_a_conv_plan_has_its_stages_partitions_and_buffers():
     m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])], [("x", [1, 16, 32, 32])],
                    [("y", None)], {"w": w})
     arch = ARCHITECTURES["pynqz1"].model_copy(update={"accumulator_depth": 256})
-    (plan,) = ir_of(m, arch, until="tile layers").layers
-    # 3 output groups of 32-pixel rows: 256 accumulators hold 2 rows of all three at a time
-    # (the most groups first, then the most rows); a 3x3 kernel reads a row more on each side.
-    assert [s.outputs for s in plan.stages] == [(r, r + 2) for r in range(0, 32, 2)]
-    assert [s.inputs for s in plan.stages] == [(max(0, r - 1), min(32, r + 3)) for r in range(0, 32, 2)]
-    assert plan.partitions == [(0, 3)] and plan.weights == "resident"
-    assert [(b.name, b.size) for b in plan.local] == [("weights", 3 * (1 + 9 * 2 * 8)), ("input band", 4 * 32 * 2), ("staging", 2 * 32 * 3)]
+    (plan,) = ir_of(m, arch, until="tile layers", pipeline=False).layers
+    # 3 output groups of 32-pixel rows: 256 accumulators hold 8 rows of one group (2 rows of
+    # all three would load every weight block 16 times instead of 4: the cost model takes the
+    # most vectors per weight tile); a 3x3 kernel reads a row more on each side.
+    assert [s.outputs for s in plan.stages] == [(r, r + 8) for r in range(0, 32, 8)]
+    assert [s.inputs for s in plan.stages] == [(max(0, r - 1), min(32, r + 9)) for r in range(0, 32, 8)]
+    assert plan.partitions == [(0, 1), (1, 2), (2, 3)] and plan.weights == "resident"
+    assert [(b.name, b.size) for b in plan.local] == [("weights", 3 * (1 + 9 * 2 * 8)), ("input band", 10 * 32 * 2), ("staging", 8 * 32)]
     names = [b.name for b in plan.local]
     assert names == ["weights", "input band", "staging"] and plan.local_peak == plan.local[-1].end
     assert plan.lock_halves(arch.local_depth) == {"weights": "0", "input band": "0", "staging": "0"}
+
+
+def test_a_pipelined_conv_plan_puts_one_context_in_each_lock_half():
+    """With pipelining (the default) the layer of the test above double-buffers: a copy of the
+    weights, a band and a staging area in each half of local memory, so the next stage's band
+    loads while the array works on the current one."""
+    rng = np.random.default_rng(8)
+    w = rng.normal(size=(24, 16, 3, 3)).astype(np.float32)
+    m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])], [("x", [1, 16, 32, 32])],
+                   [("y", None)], {"w": w})
+    arch = ARCHITECTURES["pynqz1"].model_copy(update={"accumulator_depth": 256})
+    (plan,) = ir_of(m, arch, until="tile layers").layers
+    assert "pipelined" in plan.loop_order and plan.weights.startswith("resident")
+    assert [s.outputs for s in plan.stages] == [(r, r + 8) for r in range(0, 32, 8)]
+    halves = plan.lock_halves(arch.local_depth)
+    assert halves == {f"{b} {k}": str(k) for k in (0, 1) for b in ("weights", "input band", "staging")}
+    sizes = {b.name: b.size for b in plan.local}
+    assert sizes["weights 0"] == sizes["weights 1"] == 3 * (1 + 9 * 2 * 8) and sizes["input band 1"] == 10 * 32 * 2
 
 
 def test_a_layer_too_big_for_local_memory_names_itself():

@@ -91,16 +91,19 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
     H, W = layer.inputs[0].act.H, layer.inputs[0].act.W
     per_go, offsets, n_simd = consts.blocks, consts.addresses, consts.simd
     consts_local = memory.consts_local
-    w_base, in_base, stage_base = LOCAL + t.weights_base, LOCAL + t.band_base, LOCAL + t.staging_base
+    # One context (weights, band, staging) a lock half when pipelined, else the one layout.
+    pipelined = bool(t.contexts)
+    ctx = [(LOCAL + w, LOCAL + b, LOCAL + s) for w, b, s in (t.contexts or ((t.weights_base, t.band_base, t.staging_base),))]
+    in_base = ctx[0][1]
     acc_const = ACCUMULATORS + t.acc_const
     # Where each weight block and bias sits: local memory (resident, or the constants there) or
     # the constant image in DRAM1 (streamed, chunk by chunk).
+    w_first = offsets[0][0] if offsets else 0
     if t.resident and not consts_local:
-        w_first = offsets[0][0] if offsets else 0
-        e.move(CONSTS + w_first, w_base, t.weights_size)
-        to_local = lambda a: w_base + (a - w_first)  # noqa: E731
+        e.move(CONSTS + w_first, ctx[0][0], t.weights_size)
+        to_local = lambda a, k: ctx[k][0] + (a - w_first)  # noqa: E731
     elif consts_local:
-        to_local = lambda a: CONSTS + a  # noqa: E731
+        to_local = lambda a, k: CONSTS + a  # noqa: E731
     else:
         to_local = None
     if n_simd:
@@ -117,103 +120,157 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
     vw = [_valid(OW, W, k, sw, dw, pl) for k in range(KW)]
     base, gs, hs, ws = memory.strides(out)
     out_on_chip = memory.on_chip(out)
-    for stage in plan.stages:
-        oh0, oh1 = stage.outputs
+    # Streamed weights: per output group its bias and blocks in chunks that fit the buffer.
+    per_chunk = max(1, (t.weights_size - 1) // N)
+    chunks_of = [[list(range(c, min(len(blocks), c + per_chunk))) for c in range(0, max(1, len(blocks)), per_chunk)]
+                 if to_local is None else [list(range(len(blocks)))] for blocks in per_go]
+
+    def load_band(stage, k, groups):
+        """Input rows of the given (input, group) pairs, one after another, into context ``k``'s
+        band; returns where row ``ih_lo`` of each sits in local memory."""
         ih_lo, ih_hi = stage.inputs
-        rows = oh1 - oh0
         nrows = ih_hi - ih_lo
         band: dict[tuple[int, int], int] = {}
+        for slot, (i, gi) in enumerate(groups):
+            act = layer.inputs[i].act
+            abase, ags, ahs, aws = memory.strides(act)
+            if memory.on_chip(act):
+                band[(i, gi)] = abase + gi * ags + ih_lo * ahs  # already on chip (local-vars)
+                continue
+            lbase = ctx[k][1] + slot * nrows * W
+            band[(i, gi)] = lbase
+            e.load_rows(lbase, abase + gi * ags + ih_lo * ahs, nrows, W, ahs, aws)
+        return band
 
-        def load_band(groups):
-            """Input rows ih_lo..ih_hi of the given (input, group) pairs, one after another;
-            ``band[(input, group)]`` is where row ih_lo sits in local memory."""
-            for slot, (i, gi) in enumerate(groups):
-                act = layer.inputs[i].act
-                abase, ags, ahs, aws = memory.strides(act)
-                if memory.on_chip(act):
-                    band[(i, gi)] = abase + gi * ags + ih_lo * ahs  # already on chip (local-vars)
-                    continue
-                lbase = in_base + slot * nrows * W
-                band[(i, gi)] = lbase
-                e.load_rows(lbase, abase + gi * ags + ih_lo * ahs, nrows, W, ahs, aws)
+    all_groups = [(i, gi) for i, inp in enumerate(layer.inputs) for gi in range(inp.act.G)]
 
-        if not t.diagonal:
-            # Input band: channel group by channel group, rows contiguous.
-            load_band([(i, gi) for i, inp in enumerate(layer.inputs) for gi in range(inp.act.G)])
+    def fetch(go, ci, k):
+        """Streamed: move output group ``go``'s chunk ``ci`` (with its bias first) into context
+        ``k``'s weights buffer; resident: nothing. Returns the block address -> local address map."""
+        if to_local is not None:
+            return lambda a: to_local(a, k)
+        bias_addr, block_addrs = offsets[go]
+        chunk = chunks_of[go][ci]
+        first = bias_addr if ci == 0 else block_addrs[chunk[0]]
+        last = (block_addrs[chunk[-1]] + N) if chunk else bias_addr + 1
+        e.move(CONSTS + first, ctx[k][0], last - first)
+        return lambda a, first=first: ctx[k][0] + (a - first)
+
+    def run_chunk(stage, band, go, go0, ci, loc, in_array):
+        """The bias (first chunk) and the chunk's blocks of output group ``go``, the band
+        streaming through each; returns the block now in the array."""
+        oh0, oh1 = stage.outputs
+        ih_lo = stage.inputs[0]
+        rows = oh1 - oh0
+        acc_go = ACCUMULATORS + (go - go0) * rows * OW
+        blocks = per_go[go]
+        bias_addr, block_addrs = offsets[go]
+        order = chunks_of[go][ci]
+        with_bias = None
+        if ci == 0:
+            # The bias rides in the bias row of a block whose tap reads real input for every
+            # output of the stage: that block's MatMul writes bias + products over the whole
+            # tile and the others add to it, instead of a pass of zeros for the bias alone
+            # (one accumulator and array clock a vector, and a weight load, saved).
+            covering = [j for j in order if vh[blocks[j][1]][0] <= oh0 and vh[blocks[j][1]][1] >= oh1
+                        and vw[blocks[j][2]] == (0, OW)]
+            with_bias = covering[0] if covering and BIAS_IN_BLOCK else None
+            if with_bias is None:
+                e.load_bias(loc(bias_addr))
+                e.matmul(ZEROES, acc_go, rows * OW, 1, accumulate=False)
+            else:
+                order = [with_bias] + [j for j in order if j != with_bias]
+            in_array = None  # the weights now in the array: the bias block
+        for j in order:
+            i, kh, kw, gi = blocks[j]
+            h0, h1 = vh[kh]
+            w0, w1 = vw[kw]
+            r0, r1 = max(h0, oh0), min(h1, oh1)
+            if r0 >= r1 or w0 >= w1:
+                continue
+            if j == with_bias:
+                e.load_block(loc(block_addrs[j]), loc(bias_addr))
+                in_array = None  # its bias row makes it unlike any other block
+                lbase = band[(i, gi)]
+                for oh in range(r0, r1):
+                    ih = oh * sh + kh * dh - pt
+                    iw = w0 * sw + kw * dw - pl
+                    e.matmul(lbase + (ih - ih_lo) * W + iw, acc_go + (oh - oh0) * OW + w0, w1 - w0, sw,
+                             accumulate=False)
+                continue
+            # The array keeps its weights until the next LoadWeights: a block equal to the one
+            # loaded last (pooling taps) is not loaded again.
+            if in_array is None or block_addrs[j] != block_addrs[in_array]:
+                e.load_block(loc(block_addrs[j]))
+                in_array = j
+            lbase = band[(i, gi)]
+            for oh in range(r0, r1):
+                ih = oh * sh + kh * dh - pt
+                iw = w0 * sw + kw * dw - pl
+                e.matmul(lbase + (ih - ih_lo) * W + iw, acc_go + (oh - oh0) * OW + w0, w1 - w0, sw)
+        return in_array
+
+    def finish_partition(stage, go0, go1, k):
+        """Post-ops on the tile, then the save: accumulators to context ``k``'s staging, staging
+        to DRAM0 (or straight to local-vars)."""
+        oh0, oh1 = stage.outputs
+        rows = oh1 - oh0
+        stage_base = ctx[k][2]
+        tile = Tile(e, memory, N, go0, go1, oh0, rows, OW, stage_base, acc_const, ACCUMULATORS + t.acc_scratch,
+                    ACCUMULATORS + t.acc_bcast, consts_local)
+        for post, slot in zip(layer.post_ops, consts.slots):
+            post.emit(tile, slot)
+        if out_on_chip:
+            for go in range(go0, go1):
+                e.move(ACCUMULATORS + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows * OW)
+            return
+        e.move(ACCUMULATORS, stage_base, tile.n_vec)
+        for go in range(go0, go1):
+            e.save_rows(stage_base + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows, OW, hs, ws)
+
+    stages = plan.stages
+    if pipelined and to_local is not None:
+        # Resident: stage s in context s % 2 (a copy of the weights in each); the band of stage
+        # s + 1 loads before stage s computes, and the save of stage s drains behind stage s + 1.
+        bands = {0: load_band(stages[0], 0, all_groups)}
+        if len(stages) > 1:
+            e.move(CONSTS + w_first, ctx[1][0], t.weights_size)
+        for s, stage in enumerate(stages):
+            k = s % 2
+            if s + 1 < len(stages):
+                bands[s + 1] = load_band(stages[s + 1], 1 - k, all_groups)
+            band = bands.pop(s)
+            for go0, go1 in plan.partitions:
+                in_array = None
+                for go in range(go0, go1):
+                    in_array = run_chunk(stage, band, go, go0, 0, fetch(go, 0, k), in_array)
+                finish_partition(stage, go0, go1, k)
+        return
+    if pipelined:
+        # Streamed: the band in both contexts; weight chunk j of the stage in context j % 2, the
+        # next chunk's move ahead of the current chunk's MatMuls.
+        for stage in stages:
+            bands = [load_band(stage, k, all_groups) for k in range(2)]
+            steps = [(p, go, ci) for p, (go0, go1) in enumerate(plan.partitions) for go in range(go0, go1)
+                     for ci in range(len(chunks_of[go]))]
+            loc = fetch(steps[0][1], steps[0][2], 0)
+            in_array = None
+            for j, (p, go, ci) in enumerate(steps):
+                k = j % 2
+                nxt = fetch(steps[j + 1][1], steps[j + 1][2], 1 - k) if j + 1 < len(steps) else None
+                go0, go1 = plan.partitions[p]
+                in_array = run_chunk(stage, bands[k], go, go0, ci, loc, in_array)
+                if j + 1 == len(steps) or steps[j + 1][0] != p:
+                    finish_partition(stage, go0, go1, k)
+                loc = nxt
+        return
+    for stage in stages:
+        band = {} if t.diagonal else load_band(stage, 0, all_groups)
         for go0, go1 in plan.partitions:
             if t.diagonal:
-                load_band([(0, g) for g in range(go0, min(go1, layer.inputs[0].act.G))])
+                band = load_band(stage, 0, [(0, g) for g in range(go0, min(go1, layer.inputs[0].act.G))])
             for go in range(go0, go1):
-                acc_go = ACCUMULATORS + (go - go0) * rows * OW
-                blocks = per_go[go]
-                bias_addr, block_addrs = offsets[go]
-                if to_local is None:
-                    # Streamed: bias and as many blocks as fit, chunk by chunk.
-                    per_chunk = max(1, (t.weights_size - 1) // N)
-                    chunks = [list(range(c, min(len(blocks), c + per_chunk))) for c in range(0, max(1, len(blocks)), per_chunk)]
-                else:
-                    chunks = [list(range(len(blocks)))]
-                # The bias rides in the bias row of a block whose tap reads real input for every
-                # output of the stage: that block's MatMul writes bias + products over the whole
-                # tile and the others add to it, instead of a pass of zeros for the bias alone
-                # (one accumulator and array clock a vector, and a weight load, saved).
-                covering = [j for j in chunks[0] if vh[blocks[j][1]][0] <= oh0 and vh[blocks[j][1]][1] >= oh1
-                            and vw[blocks[j][2]] == (0, OW)]
-                with_bias = covering[0] if covering and BIAS_IN_BLOCK else None
-                for ci, chunk in enumerate(chunks):
-                    if to_local is None:
-                        first = bias_addr if ci == 0 else block_addrs[chunk[0]]
-                        last = (block_addrs[chunk[-1]] + N) if chunk else bias_addr + 1
-                        e.move(CONSTS + first, w_base, last - first)
-                        loc = lambda a, first=first: w_base + (a - first)  # noqa: E731
-                    else:
-                        loc = to_local
-                    if ci == 0:
-                        if with_bias is None:
-                            e.load_bias(loc(bias_addr))
-                            e.matmul(ZEROES, acc_go, rows * OW, 1, accumulate=False)
-                            order = chunk
-                        else:
-                            order = [with_bias] + [j for j in chunk if j != with_bias]
-                        in_array = None  # the weights now in the array: the bias block
-                    else:
-                        order = chunk
-                    for j in order:
-                        i, kh, kw, gi = blocks[j]
-                        h0, h1 = vh[kh]
-                        w0, w1 = vw[kw]
-                        r0, r1 = max(h0, oh0), min(h1, oh1)
-                        if r0 >= r1 or w0 >= w1:
-                            continue
-                        if j == with_bias and ci == 0:
-                            e.load_block(loc(block_addrs[j]), loc(bias_addr))
-                            in_array = None  # its bias row makes it unlike any other block
-                            lbase = band[(i, gi)]
-                            for oh in range(r0, r1):
-                                ih = oh * sh + kh * dh - pt
-                                iw = w0 * sw + kw * dw - pl
-                                e.matmul(lbase + (ih - ih_lo) * W + iw, acc_go + (oh - oh0) * OW + w0, w1 - w0, sw,
-                                         accumulate=False)
-                            continue
-                        # The array keeps its weights until the next LoadWeights: a block equal
-                        # to the one loaded last (pooling taps) is not loaded again.
-                        if in_array is None or block_addrs[j] != block_addrs[in_array]:
-                            e.load_block(loc(block_addrs[j]))
-                            in_array = j
-                        lbase = band[(i, gi)]
-                        for oh in range(r0, r1):
-                            ih = oh * sh + kh * dh - pt
-                            iw = w0 * sw + kw * dw - pl
-                            e.matmul(lbase + (ih - ih_lo) * W + iw, acc_go + (oh - oh0) * OW + w0, w1 - w0, sw)
-            tile = Tile(e, memory, N, go0, go1, oh0, rows, OW, stage_base, acc_const, ACCUMULATORS + t.acc_scratch,
-                        ACCUMULATORS + t.acc_bcast, consts_local)
-            for post, slot in zip(layer.post_ops, consts.slots):
-                post.emit(tile, slot)
-            # Save: accumulators to staging, staging to DRAM0 (or straight to local-vars).
-            if out_on_chip:
-                for go in range(go0, go1):
-                    e.move(ACCUMULATORS + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows * OW)
-                continue
-            e.move(ACCUMULATORS, stage_base, tile.n_vec)
-            for go in range(go0, go1):
-                e.save_rows(stage_base + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows, OW, hs, ws)
+                in_array = None
+                for ci in range(len(chunks_of[go])):
+                    in_array = run_chunk(stage, band, go, go0, ci, fetch(go, ci, 0), in_array)
+            finish_partition(stage, go0, go1, 0)

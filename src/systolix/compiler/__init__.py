@@ -161,7 +161,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
                   listing: bool = False, name: str | None = None,
                   progress: Callable[[str, int, int], None] | None = None,
                   calibration: Any = None, split: bool = True, dump_ir: str | Path | None = None,
-                  pack_inputs: bool = True, estimate_gains: bool = True) -> CompiledModel | CompiledPartitionedModel:
+                  pack_inputs: bool = True, estimate_gains: bool = True,
+                  pipeline: bool = True) -> CompiledModel | CompiledPartitionedModel:
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
     ``.tarch`` path or ``Architecture``).
 
@@ -179,6 +180,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     ``estimate_gains``: without calibration data, amplify each output channel's weights by gains
     sized from ranges estimated from the model itself (``systolix.hir_passes.estimate_ranges``);
     on by default, ``False`` for the plain weights (one binary point, no gains).
+    ``pipeline``: let conv layers double-buffer across the two lock halves of local memory when
+    the planner's cost model prefers it (``False``: the plain single-buffered plans).
     Returns a model with ``.run(inputs)``, ``.save(directory)`` and ``.summary``.
     """
     started = time.perf_counter()
@@ -193,7 +196,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         name = f"{_safe_name(stem)}_{_safe_name(str(arch.array_size))}x{arch.array_size}"
     samples = None if calibration is None else calibration_samples(calibration, graph)
     ctx = CompileContext(arch, strategy, samples, host, split, listing, name, progress=progress, onnx_model=onnx_model,
-                         pack_inputs=pack_inputs, estimate_gains=estimate_gains)
+                         pack_inputs=pack_inputs, estimate_gains=estimate_gains, pipeline=pipeline)
     program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
     graph = program.graph  # (a layer too large for DRAM1 is split into several nodes)
     segments = program.segments

@@ -39,6 +39,9 @@ class CompileContext:
     before the current one (``split_constants`` cuts programs)."""
     pack_inputs: bool = True
     """Pack few-channel inputs for the conv that reads them (``systolix.hir_passes.pack_inputs``)."""
+    pipeline: bool = True
+    """Let conv layers double-buffer across the two lock halves of local memory
+    (``systolix.planning.tiling``) when its cost model prefers it."""
     estimate_gains: bool = True
     """Plain compiles: amplify weights by gains from ranges estimated from the model itself
     (``systolix.hir_passes.estimate_ranges``); ``False``: no gains without calibration data."""

@@ -28,6 +28,9 @@ from systolix.ir.structure import Structural
 # through each block (weight-stationary).
 ROWS_THEN_GROUPS = "stages > partitions > output groups > weight blocks"
 BANDS = "stages (output bands)"
+# The same loop nest double-buffered across the two lock halves of local memory: the next
+# stage's band (or the next weight chunk) loads while the array works on the current one.
+PIPELINED = ROWS_THEN_GROUPS + ", pipelined over the two lock halves"
 
 
 def _count(n: int, what: str) -> str:

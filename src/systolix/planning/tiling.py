@@ -1,8 +1,10 @@
 """Tile layers: for each layer, the stages, partitions and buffers of its ``LayerPlan``.
 
 A conv layer is cut into *stages* (bands of output rows whose input rows fit local memory) and
-each stage into *partitions* (output channel groups whose results fit the accumulators): the
-most channel groups, then the most rows, that fit (``conv``). Within a partition the order is
+each stage into *partitions* (output channel groups whose results fit the accumulators): of the
+plans that fit, for every number of groups the most rows, the one a rough cost model scores
+lowest (``_choose``), possibly *pipelined*: double-buffered across the two lock halves of local
+memory (``_pipelined_conv``). Within a partition the order is
 weight-stationary: every nonzero N x N weight block is loaded into the array once and the whole
 band streams through it. Local memory during a layer: ``[constants (local-consts) | activations
 (local-vars) | weights (resident, or one chunk at a time) | input band | staging]``; the
@@ -19,7 +21,7 @@ import numpy as np
 
 from systolix.ir.hir import ConvLayer, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
 from systolix.ir.lir import Memory
-from systolix.ir.plan import BANDS, ROWS_THEN_GROUPS, Buffer, LayerPlan, Plan, Stage
+from systolix.ir.plan import BANDS, PIPELINED, ROWS_THEN_GROUPS, Buffer, LayerPlan, Plan, Stage
 from systolix.planning.errors import SchedulingError
 from systolix.ir.hir import TensorMatMulLayer
 from systolix.planning.matmul_tensors import matmul_tensors
@@ -44,6 +46,11 @@ class ConvTiling:
     acc_scratch: int
     acc_bcast: int
     acc_const: int
+    # Pipelined (double-buffered): one context per lock half of local memory, ``(weights,
+    # band, staging)`` bases each; stage s (resident weights, a copy in each half) or weight
+    # chunk j (streamed, the band copied into both halves) works in context s % 2 (j % 2) while
+    # the DRAM moves of the next one fill the other. Empty: one context (the fields above).
+    contexts: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(eq=False)
@@ -84,7 +91,7 @@ def _acc(name: str, base: int, size: int) -> Buffer:
     return Buffer(name, Memory.ACCUMULATORS, base, size)
 
 
-def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool) -> LayerPlan:
+def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipeline: bool = True) -> LayerPlan:
     N = arch.array_size
     out = layer.output
     KH, KW = layer.kernel
@@ -137,6 +144,12 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool) -> Laye
         resident = True
     else:
         R, ng = search(0 if resident else 1 + N)
+    pipelined = False
+    if R and not diagonal:
+        R, ng, resident, pipelined = _choose(layer, consts, arch, (R, ng, resident), rows_in, local_need, acc_avail, local_avail,
+                                             pipeline and not consts_local and region0 == 0, consts_local)
+    if pipelined:
+        return _pipelined_conv(layer, consts, arch, R, ng, resident, rows_in, local_need, H, W, sum_gi)
     if not R:
         raise SchedulingError(
             f"layer {layer.name!r} needs {local_need(1, 1) + (0 if resident else 1 + N)} vectors of local memory for one output row "
@@ -166,6 +179,119 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool) -> Laye
          _acc("SIMD constants", acc_const, n_simd)],
         stage_base + tile, tile_copies * tile + n_simd + n_bcast,
         ConvTiling(R, ng, rows_in(R), diagonal, resident, w_base, w_size, in_base, stage_base, tile, acc_const - n_bcast, acc_const))
+
+
+def _conv_cost(consts, arch, R: int, OH: int, OW: int, band: int, total_w: int, resident: bool, pipelined: bool) -> float:
+    """Clocks a conv plan takes, roughly: per stage the array's work (every weight block's load
+    and drain, the band streaming through it, the bias) against the DRAM moves (band, weights,
+    saves) at ``vector_bytes / 16`` clocks a vector (a 128-bit port); a pipelined plan overlaps
+    the two, a plain one adds them. Only the comparison between plans of one layer matters."""
+    N = arch.array_size
+    per_vector = arch.vector_bytes / 16
+    n_go = len(consts.blocks)
+    n_blocks = sum(len(b) for b in consts.blocks) + n_go  # the bias is a block too
+
+    def stage(rows: int) -> float:
+        compute = n_blocks * (rows * OW + 3 * N + 1) + n_go * rows * OW
+        moved = band + n_go * rows * OW + (0 if resident else total_w)
+        if not pipelined:
+            return compute + moved * per_vector
+        if resident:  # the next band and the last saves behind the array
+            return max(compute, moved * per_vector)
+        # Streamed: the band into both halves first (the last stage's chunks read them), then
+        # the chunks and saves behind the array.
+        return 2 * band * per_vector + max(compute, (moved - band) * per_vector)
+
+    cost = (OH // R) * stage(R) + (stage(OH % R) if OH % R else 0.0)
+    weights_once = total_w * (2 if pipelined else 1) if resident else 0
+    return cost + weights_once * per_vector / (2 if pipelined else 1) + (band * per_vector if pipelined else 0)
+
+
+def _choose(layer: ConvLayer, consts, arch, first: tuple[int, int, bool], rows_in, local_need, acc_avail: int, local_avail: int,
+            may_pipeline: bool, consts_local: bool) -> tuple[int, int, bool, bool]:
+    """``(rows, groups, resident, pipelined)``: of the plans that fit (for every number of output
+    groups a partition computes, the most rows with the weights resident or streamed, in all of
+    local memory or, pipelined, in half of it), the one ``_conv_cost`` scores lowest. Fewer
+    groups let more rows share each weight block's load: more vectors per weight tile. ``first``
+    (the most groups, then the most rows) wins ties."""
+    out = layer.output
+    OH, OW, Go = out.H, out.W, out.G
+    N = arch.array_size
+    sum_gi = sum(inp.act.G for inp in layer.inputs)
+    W = layer.inputs[0].act.W
+    total_w = consts.stored
+    half = arch.local_depth // 2
+
+    def most_rows(ng: int, extra: int, avail: int) -> int:
+        lo, hi = 0, min(OH, acc_avail // (OW * ng))
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if local_need(mid, ng) + extra <= avail:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def cost(R, resident, pipelined):
+        return _conv_cost(consts, arch, R, OH, OW, rows_in(R) * W * sum_gi, 0 if consts_local else total_w, resident, pipelined)
+
+    R, ng, resident = first
+    best, choice = cost(R, resident, False), (R, ng, resident, False)
+    lowest = Go if any(p.all_groups for p in layer.post_ops) else 1
+    options = []
+    for g in range(min(Go, acc_avail // OW), lowest - 1, -1):
+        if consts_local:  # the weights already sit in local memory: nothing to load or stream
+            options.append((g, 0, True, local_avail, False))
+            continue
+        options.append((g, total_w, True, local_avail, False))
+        options.append((g, 1 + N, False, local_avail, False))
+        if may_pipeline:
+            options.append((g, total_w, True, half - (arch.local_depth - local_avail), True))
+            options.append((g, 1 + N, False, half - (arch.local_depth - local_avail), True))
+    for g, extra, res, avail, pipe in options:
+        r = most_rows(g, extra, avail)
+        if not r or (pipe and res and r >= OH):
+            continue
+        c = cost(r, res, pipe)
+        if c < best * (1 - 1e-9):
+            best, choice = c, (r, g, res, pipe)
+    return choice
+
+
+def _pipelined_conv(layer: ConvLayer, consts, arch, R: int, ng: int, resident: bool, rows_in, local_need,
+                    H: int, W: int, sum_gi: int) -> LayerPlan:
+    """The double-buffered plan of a conv layer: one context (weights, band, staging) in each
+    lock half of local memory."""
+    half = arch.local_depth // 2
+    total_w = consts.stored
+    out = layer.output
+    OH, OW, Go = out.H, out.W, out.G
+    band = rows_in(R) * W * sum_gi
+    w_size = total_w if resident else half - local_need(R, ng)
+    tile = R * OW * ng
+    n_simd = consts.simd
+    tile_copies = max([p.tile_copies for p in layer.post_ops], default=1)
+    n_bcast = Go if any(p.broadcast for p in layer.post_ops) else 0
+    acc_const = arch.accumulator_depth - n_simd
+    contexts = tuple((k * half, k * half + w_size, k * half + w_size + band) for k in range(2))
+    sh, pt, KH, dh = layer.stride[0], layer.pads[0], layer.kernel[0], layer.dilation[0]
+    stages = []
+    for oh0 in range(0, OH, R):
+        oh1 = min(OH, oh0 + R)
+        ih_lo = max(0, oh0 * sh - pt)
+        ih_hi = min(H, (oh1 - 1) * sh - pt + (KH - 1) * dh + 1)
+        stages.append(Stage((oh0, oh1), (ih_lo, max(ih_lo, ih_hi))))
+    local = []
+    for k, (wb, bb, sb) in enumerate(contexts):
+        local += [_buffer(f"weights {k}", wb, w_size), _buffer(f"input band {k}", bb, band), _buffer(f"staging {k}", sb, tile)]
+    return LayerPlan(
+        layer.name, "conv", PIPELINED, "resident, a copy a half" if resident else "streamed, double-buffered", stages,
+        [(g, min(Go, g + ng)) for g in range(0, Go, ng)], local,
+        [_acc("tile", 0, tile), _acc("second tile", tile, tile * (tile_copies - 1)), _acc("broadcast", acc_const - n_bcast, n_bcast),
+         _acc("SIMD constants", acc_const, n_simd)],
+        contexts[1][2] + tile, tile_copies * tile + n_simd + n_bcast,
+        ConvTiling(R, ng, rows_in(R), False, resident, contexts[0][0], w_size, contexts[0][1], contexts[0][2], tile,
+                   acc_const - n_bcast, acc_const, contexts))
 
 
 def maxpool(layer: MaxPoolLayer, consts, plan: Plan, arch, consts_local: bool) -> LayerPlan:
@@ -332,6 +458,8 @@ TILERS[TensorMatMulLayer] = matmul_tensors
 def tile_layers(plan: Plan, ctx) -> Plan:
     """The pass: a ``LayerPlan`` for every layer."""
     consts_local = plan.memory.consts_local
-    layers = [TILERS[type(layer)](layer, c.data, plan, ctx.arch, consts_local)
+    pipeline = getattr(ctx, "pipeline", True)
+    layers = [conv(layer, c.data, plan, ctx.arch, consts_local, pipeline) if isinstance(layer, ConvLayer) else
+              TILERS[type(layer)](layer, c.data, plan, ctx.arch, consts_local)
               for layer, c in zip(plan.hir.layers, plan.constants.layers)]
     return dataclasses.replace(plan, layers=layers)
