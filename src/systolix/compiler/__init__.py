@@ -22,13 +22,14 @@ import onnx
 from systolix.arch import Architecture, get_architecture
 from systolix.artifacts import ProgramRef, TModel
 from systolix.backend import Artifacts
+from systolix.compiler.batch import free_batch
 from systolix.compiler.calibration import calibration_samples
 from systolix.compiler.context import CompileContext
 from systolix.compiler.driver import run_passes
 from systolix.compiler.errors import UnsupportedOpError
 from systolix.compiler.program import Program, Segment
 from systolix.errors import SystolixError
-from systolix.frontend import graph_from_model, import_onnx
+from systolix.frontend import FrontendError, graph_from_model, import_onnx
 from systolix.ir import Graph
 from systolix.planning.errors import STRATEGIES
 from systolix.runtime.model import Model
@@ -161,7 +162,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
                   listing: bool = False, name: str | None = None,
                   progress: Callable[[str, int, int], None] | None = None,
                   calibration: Any = None, split: bool = True, dump_ir: str | Path | None = None,
-                  pack_inputs: bool = True, estimate_gains: bool = False) -> CompiledModel | CompiledPartitionedModel:
+                  pack_inputs: bool = True, estimate_gains: bool = False,
+                  batch: int | None = None) -> CompiledModel | CompiledPartitionedModel:
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
     ``.tarch`` path or ``Architecture``).
 
@@ -178,6 +180,9 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     (``systolix.hir_passes.pack_inputs``; ``False``: every input in the plain layout).
     ``estimate_gains``: without calibration data, amplify each output channel's weights by gains
     sized from ranges estimated from the model itself (``systolix.hir_passes.estimate_ranges``).
+    ``batch``: images one program runs (1 to ``systolix.compiler.batch.MAX_BATCH``), each weight
+    tile streaming all of them; default 1, or the batch the model's inputs fix (a model exported
+    with batch 4 compiles as a batch-4 program). The outputs are bit for bit the batch-1 program's.
     Returns a model with ``.run(inputs)``, ``.save(directory)`` and ``.summary``.
     """
     started = time.perf_counter()
@@ -185,14 +190,25 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         arch = get_architecture(arch)
     if strategy not in STRATEGIES:
         raise SystolixError(f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES)})")
-    onnx_model, source, shapes = import_onnx(model_or_path)
+    model_or_path, batch, original = free_batch(model_or_path, batch)
+    if original is None:
+        onnx_model, source, shapes = import_onnx(model_or_path)
+    else:
+        try:
+            onnx_model, _, shapes = import_onnx(model_or_path)
+        except FrontendError as e:
+            raise FrontendError(f"{original}: the inputs fix batch {batch}, and the model does not run with a batch of 1 "
+                                f"({str(e).split(': ', 1)[-1]}); export it with a free batch axis or batch 1, then compile "
+                                f"with --batch {batch}") from None
+        source = original
+        model_or_path = original
     graph = graph_from_model(onnx_model, source, shapes)
     if name is None:
         stem = Path(source).stem if not isinstance(model_or_path, (onnx.ModelProto, bytes, bytearray)) else (graph.name or "model")
         name = f"{_safe_name(stem)}_{_safe_name(str(arch.array_size))}x{arch.array_size}"
     samples = None if calibration is None else calibration_samples(calibration, graph)
     ctx = CompileContext(arch, strategy, samples, host, split, listing, name, progress=progress, onnx_model=onnx_model,
-                         pack_inputs=pack_inputs, estimate_gains=estimate_gains)
+                         pack_inputs=pack_inputs, estimate_gains=estimate_gains, batch=batch)
     program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
     graph = program.graph  # (a layer too large for DRAM1 is split into several nodes)
     segments = program.segments

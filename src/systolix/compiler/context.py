@@ -39,6 +39,9 @@ class CompileContext:
     before the current one (``split_constants`` cuts programs)."""
     pack_inputs: bool = True
     """Pack few-channel inputs for the conv that reads them (``systolix.hir_passes.pack_inputs``)."""
+    batch: int = 1
+    """Images one program runs (``systolix compile --batch``): each weight tile loaded into the
+    array streams every image's vectors before the next (``systolix.planning.tiling``)."""
     estimate_gains: bool = False
     """Plain compiles: amplify weights by gains from ranges estimated from the model itself
     (``systolix.hir_passes.estimate_ranges``). Off by default: its float runs make a compile
