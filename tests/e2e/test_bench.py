@@ -72,6 +72,23 @@ def test_resnet20_rows_on_the_three_published_boards(resnet20_bench):
     _check_model_rows(resnet20_bench["models"], "resnet20v2")
 
 
+def test_resnet20_throughput_at_batch_4(resnet20_bench):
+    """One program running four frames: each frame's output is the batch-1 program's (tested in
+    tests/e2e/test_batch.py), so four frames take at most four times as long as one and at least
+    the compute floor of four frames."""
+    rows = [r for r in resnet20_bench["models"] if r["model"] == "resnet20v2" and not r["variant"]]
+    macs = model_stats(build_cached("resnet20v2")).macs
+    for r in rows:
+        b = r["batched"]
+        assert b["batch"] == 4 and not b["error"], b["error"]
+        assert b["macs"] == 4 * macs
+        n, mhz = r["array_size"], r["clock_mhz"]
+        assert b["latency_ms"] > 4 * macs / (n * n * mhz * 1e3)
+        assert b["fps"] == pytest.approx(4e3 / b["latency_ms"])
+        assert b["host_ms"] == pytest.approx(4 * r["host_ms"])
+        assert b["latency_ms"] <= 4 * r["latency_ms"] * 1.0001
+
+
 def test_zcu104_table_puts_tensil_programs_next_to_our_compiles(resnet20_bench):
     rows = resnet20_bench["zcu104"]
     measured = json.loads((RESNET20 / "expected.json").read_text())["measured_on_zcu104_at_100MHz_fps"]
@@ -100,12 +117,12 @@ def test_zcu104_table_puts_tensil_programs_next_to_our_compiles(resnet20_bench):
 
 
 def test_yolov4_tiny_rows():
-    _check_model_rows(_bench("--model", "yolov4_tiny", "--no-zcu104")["models"], "yolov4_tiny")
+    _check_model_rows(_bench("--model", "yolov4_tiny", "--no-zcu104", "--no-batch")["models"], "yolov4_tiny")
 
 
 @pytest.mark.slow
 def test_resnet50_rows_cut_the_model_on_the_small_boards():
-    rows = _bench("--model", "resnet50v2", "--no-zcu104")["models"]
+    rows = _bench("--model", "resnet50v2", "--no-zcu104", "--no-batch")["models"]
     _check_model_rows(rows, "resnet50v2")
     # 25.6 M weights do not fit 1 M vectors of DRAM1 on the 8x8 and 12x12 architectures: the
     # model runs as programs in a row there, timed together, every MAC counted once.

@@ -83,6 +83,8 @@ def print_estimate(est, title: str) -> None:
     t.add_row("instructions", f"{est.instructions:,}")
     t.add_row("cycles", f"{est.cycles:,.0f}")
     t.add_row("latency", f"{est.latency_ms:.3f} ms (accelerator {est.accelerator_ms:.3f} + host I/O {est.host_ms:.3f})")
+    if est.batch > 1:
+        t.add_row("batch", f"{est.batch} frames a run (the latency is the run's)")
     t.add_row("frames per second", f"{est.fps:.1f}")
     t.add_row("MAC efficiency", f"{est.mac_efficiency:.1%}  ({est.macs_source})")
     t.add_row("bound by", est.bound)
@@ -222,6 +224,7 @@ def bench(
                                      help="Only this board in table 1 (repeatable): arty-a7-35, pynq-z1, ultra96-v2."),
     no_models: bool = typer.Option(False, "--no-models", help="Skip table 1 (the long part: compiling ResNet-50)."),
     no_zcu104: bool = typer.Option(False, "--no-zcu104", help="Skip table 2 (Tensil's ZCU104 programs and ours)."),
+    no_batch: bool = typer.Option(False, "--no-batch", help="Skip table 1's batch-4 columns (a second compile of every row)."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the tables as Markdown (for the README)."),
     zoo: bool = typer.Option(False, "--zoo", help="Instead: the zoo table (real architectures from torchvision and "
                                                   "torch modules, random weights) on ultra96-v2; needs torch."),
@@ -240,8 +243,8 @@ def bench(
 
     from systolix.arch import get_board
     from systolix.models import MODELS
-    from systolix.perf.bench import (BENCH_BOARDS, BENCH_MODELS, MODELS_CAPTION, ZCU104_CONFIGS, models_table,
-                                     provenance, zcu104_table)
+    from systolix.perf.bench import (BENCH_BOARDS, BENCH_MODELS, MODELS_CAPTION, THROUGHPUT_BATCH, ZCU104_CONFIGS,
+                                     models_table, provenance, zcu104_table)
 
     for m in models or ():
         if m not in MODELS:
@@ -253,7 +256,8 @@ def bench(
     meta = provenance()
     if no_models and no_zcu104:
         raise SystolixError("--no-models and --no-zcu104 together leave no table to print")
-    jobs = (0 if no_models else len(chosen_models) * len(chosen_boards)) + (0 if no_zcu104 else len(ZCU104_CONFIGS))
+    jobs = ((0 if no_models else len(chosen_models) * len(chosen_boards) * (1 if no_batch else 2))
+            + (0 if no_zcu104 else len(ZCU104_CONFIGS)))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
         overall = bar.add_task("compiling and simulating", total=jobs)
@@ -269,7 +273,8 @@ def bench(
                     bar.update(overall, total=len(seen))
             bar.update(layers, description=f"  {label}: layer", completed=done, total=total or None)
 
-        rows1 = None if no_models else models_table(chosen_models, chosen_boards, progress)
+        rows1 = None if no_models else models_table(chosen_models, chosen_boards, progress,
+                                                    throughput_batch=0 if no_batch else THROUGHPUT_BATCH)
         rows2 = None if no_zcu104 else zcu104_table(progress=progress)
         bar.update(overall, completed=jobs)
     if as_json:
@@ -353,7 +358,7 @@ def _zoo_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
 def _models_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
     """Table 1 as header, string rows and footnotes (why a row did not compile)."""
     header = ["model", "board", "array", "MHz", "our ms", "our fps", "published ms", "published fps", "compute bound ms",
-              "share of bound", "bound by"]
+              "share of bound", "bound by", "batch 4 ms", "batch 4 fps", "batch 4 / batch 1"]
     cells, notes = [], []
     for r in rows:
         board = r["board"]
@@ -367,11 +372,28 @@ def _models_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
         published = [_ms(r["published_latency_ms"]), _fps(r["published_fps"])]
         if r["error"]:
             notes.append(r["error"])
-            cells.append(head + ["-", "-"] + published + ["-", "-", f"not compiled [{len(notes)}]"])
+            cells.append(head + ["-", "-"] + published + ["-", "-", f"not compiled [{len(notes)}]", "-", "-", "-"])
         else:
             cells.append(head + [_ms(r["latency_ms"]), _fps(r["fps"])] + published
-                         + [_ms(r["compute_bound_ms"]), f"{r['share_of_bound']:.1%}", r["bound"]])
+                         + [_ms(r["compute_bound_ms"]), f"{r['share_of_bound']:.1%}", r["bound"]] + _batched_cells(r, notes))
     return header, cells, notes
+
+
+def _batched_cells(r, notes: list[str]) -> list[str]:
+    """The batch-4 columns of a table-1 row: the program's latency (all its frames), frames per
+    second, and the gain over batch 1; or a note saying why there is no figure."""
+    b = r.get("batched")
+    if b is None:
+        return ["-", "-", "-"]
+    if b["error"]:
+        notes.append(f"batch {b['batch']}: {b['error']}")
+        return [f"not compiled [{len(notes)}]", "-", "-"]
+    mark = ""
+    if b.get("programs", 1) > 1:
+        notes.append(f"batch {b['batch']}: constants past DRAM1: {b['programs']} programs in a row, each running the "
+                     f"{b['batch']} frames")
+        mark = f" [{len(notes)}]"
+    return [_ms(b["latency_ms"]) + mark, _fps(b["fps"]), f"{b['fps'] / r['fps']:.2f}x"]
 
 
 def _zcu104_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
