@@ -27,7 +27,7 @@ def _load(model: Path):
     return load_program(model)
 
 
-def _compile_onnx(model: Path, board, arch: str | None, strategy: str, directory: Path) -> Path:
+def _compile_onnx(model: Path, board, arch: str | None, strategy: str, directory: Path, batch: int | None = None) -> Path:
     """Compile an ONNX model for ``arch`` (default: the board's) into ``directory``, with a progress bar."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -41,11 +41,11 @@ def _compile_onnx(model: Path, board, arch: str | None, strategy: str, directory
         def progress(_segment: str, done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        compiled = compile_model(model, target, strategy=strategy, progress=progress)
+        compiled = compile_model(model, target, strategy=strategy, progress=progress, batch=batch)
     return compiled.save(directory)
 
 
-def _estimate(model: Path, board_name: str, arch: str | None, strategy: str):
+def _estimate(model: Path, board_name: str, arch: str | None, strategy: str, batch: int | None = None):
     """The estimate of a .tmodel (or an .onnx compiled first) and, for a partitioned model, its segments."""
     import tempfile
 
@@ -57,10 +57,12 @@ def _estimate(model: Path, board_name: str, arch: str | None, strategy: str):
     require_file(model, "model")
     with tempfile.TemporaryDirectory(prefix="systolix-estimate-") as tmp:
         if model.suffix == ".onnx":
-            path = _compile_onnx(model, board, arch, strategy, Path(tmp))
+            path = _compile_onnx(model, board, arch, strategy, Path(tmp), batch)
         elif model.suffix == ".tmodel":
             if arch is not None:
                 raise SystolixError("--arch applies to ONNX models; a .tmodel runs on the architecture in its manifest")
+            if batch is not None:
+                raise SystolixError("--batch applies to ONNX models; a .tmodel's program runs the batch it was compiled for")
             path = model
         else:
             raise SystolixError(f"{model}: expected a .tmodel or an .onnx file")
@@ -117,10 +119,13 @@ def estimate(
     strategy: str = typer.Option("local-isolated", "--strategy", "-s",
                                  help="Compiler strategy for an ONNX model: local-isolated, local-vars, local-consts, "
                                       "local-vars-and-consts."),
+    batch: int = typer.Option(None, "--batch", min=1, max=1024,
+                              help="For an ONNX model: compile one program running this many frames (systolix compile "
+                                   "--batch); the latency is the run's, the frame rate counts every frame."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Predict a model's latency, frame rate and unit shares on a board."""
-    est, segments = _estimate(model, board, arch, strategy)
+    est, segments = _estimate(model, board, arch, strategy, batch)
     if as_json:
         data = est.to_json()
         if segments is not None:
