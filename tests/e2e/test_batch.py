@@ -64,6 +64,7 @@ def test_a_batch_program_gives_each_image_the_batch_1_programs_outputs(arch, str
     onnx_model = mixed_model()
     one = systolix.compile(onnx_model, arch, strategy=strategy)
     three = systolix.compile(onnx_model, arch, strategy=strategy, batch=3)
+    assert not three.summary.host_nodes and three.summary.batch == 3
     x = inputs(4)  # one run of three images and one of one image (padded)
     raw1, raw3 = _raw(one, x), _raw(three, x)
     for name in raw1:

@@ -45,7 +45,9 @@ def summary_tables(summary) -> list[Table]:
     totals.add_row("stages", f"{sum(r.stages for r in summary.layers):,}")
     totals.add_row("partitions", f"{sum(r.partitions for r in summary.layers):,}")
     totals.add_row("instructions", f"{summary.instructions:,}")
-    totals.add_row("useful MACs", f"{summary.macs:,} ({summary.macs / 1e6:.2f} M)")
+    totals.add_row("useful MACs", f"{summary.macs:,} ({summary.macs / 1e6:.2f} M)" + (f" for {summary.batch} images" if summary.batch > 1 else ""))
+    if summary.batch > 1:
+        totals.add_row("batch", f"{summary.batch} images a run, one after another in each input and output span")
     totals.add_row("segments", f"{acc_segments} accelerator, {host_segments} host")
     if summary.constant_cuts:
         totals.add_row("constants", f"{summary.consts_vectors:,} vectors, more than {consts_memory}'s {consts_depth:,}: "

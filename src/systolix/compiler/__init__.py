@@ -68,6 +68,8 @@ class CompileSummary:
     """conv layers whose weights calibration rounded (GPTQ), by name"""
     split_layers: dict[str, int] = field(default_factory=dict)
     """nodes too large for DRAM1, split by output channels: node name -> slices"""
+    batch: int = 1
+    """images each program runs (``--batch``); ``macs`` counts all of them"""
 
     @property
     def host_nodes(self) -> list[str]:
@@ -231,6 +233,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     files = {k: v for k, v in files.items() if k != top} | {top: files[top]}
     summary = _summary(source, arch, strategy, program, placement, samples)
     summary.split_layers = dict(ctx.split_layers)
+    summary.batch = batch
     summary.seconds = time.perf_counter() - started
     tmp = Path(tempfile.mkdtemp(prefix="systolix-compile-"))
     try:
