@@ -130,12 +130,6 @@ def test_a_fixed_batch_the_model_cannot_drop_is_a_clear_error():
         systolix.compile(model, "pynqz1")
 
 
-def test_inputs_fixing_different_batches_are_refused():
-    model = make_model([helper.make_node("Add", ["a", "b"], ["y"], name="add")], [("a", [2, 8]), ("b", [3, 8])], [("y", None)])
-    with pytest.raises(FrontendError, match="different batches"):
-        systolix.compile(model, "pynqz1")
-
-
 @pytest.mark.parametrize("bad", [0, -1, 1025, 2.0, True])
 def test_a_bad_batch_is_an_error(bad):
     with pytest.raises(SystolixError, match="batch"):

@@ -46,19 +46,16 @@ def free_batch(model_or_path: Any, batch: int | None) -> tuple[Any, int, str | N
 
     A model whose inputs all fix a batch b above 1 compiles as a batch-b program: its inputs'
     and outputs' leading dimension becomes a free one (the frontend then traces it at batch 1).
-    ``batch`` (``--batch``) must then be b or None. Inputs that fix different batches, or some
-    a batch above 1 and others none, are an error.
+    ``batch`` (``--batch``) must then be b or None. Inputs whose leading dimensions differ
+    (a computed weight ``[Cout, Cin, KH, KW]`` beside an image) are not a batch: the model
+    compiles as it is.
     """
     batch = check_batch(batch) if batch is not None else None
     model, source = load_onnx(model_or_path)
     fixed, leads = model_batch(model)
     above = [(n, d) for n, d in leads if d is not None and d > 1]
-    if not above:
+    if not above or fixed is None or len(above) != len(leads):
         return model_or_path, batch or 1, None
-    if fixed is None or len(above) != len(leads):
-        shown = ", ".join(f"{n!r}: {d if d is not None else 'free'}" for n, d in leads)
-        raise FrontendError(f"{source}: the inputs fix different batches ({shown}); export the model with one batch "
-                            "(or a free batch axis) on every input")
     if batch is not None and batch != fixed:
         raise FrontendError(f"{source}: the model's inputs have batch {fixed} but --batch is {batch}; drop --batch or "
                             f"give {fixed}")
