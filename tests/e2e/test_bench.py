@@ -86,7 +86,7 @@ def test_resnet20_throughput_at_batch_4(resnet20_bench):
         assert b["latency_ms"] > 4 * macs / (n * n * mhz * 1e3)
         assert b["fps"] == pytest.approx(4e3 / b["latency_ms"])
         assert b["host_ms"] == pytest.approx(4 * r["host_ms"])
-        assert b["latency_ms"] <= 4 * r["latency_ms"] * 1.0001
+        assert b["latency_ms"] <= 4 * r["latency_ms"] * 1.0001  # no layer slower per image
 
 
 def test_zcu104_table_puts_tensil_programs_next_to_our_compiles(resnet20_bench):

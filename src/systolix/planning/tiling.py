@@ -146,21 +146,20 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool) -> Laye
             R, ng = search(0 if resident else 1 + N, k)
         return R, ng, resident
 
-    def loads_per_image(k: int, R: int, ng: int) -> tuple[float, float]:
-        """Weight tiles loaded, then input rows loaded, per image."""
-        stages = -(-OH // R)
-        return stages * -(-Go // ng) / k, stages * rows_in(R) / k
-
     images, (R, ng, resident) = 1, fit(1)
     if not R:
         raise SchedulingError(
             f"layer {layer.name!r} needs {local_need(1, 1) + (0 if resident else 1 + N)} vectors of local memory for one output row "
             f"({rows_in(1)} input rows x {W} pixels x {1 if diagonal else sum_gi} channel groups, {OW} staging, {N + 1} weights) "
             f"but the architecture has {local_avail}{' after the constants' if region0 else ''}")
-    for k in range(2, plan.memory.batch + 1):
-        Rk, ngk, resk = fit(k)
-        if Rk and loads_per_image(k, Rk, ngk) < loads_per_image(images, R, ng):
-            images, R, ng, resident = k, Rk, ngk, resk
+    # As many images as keep the tile of one image as it is (the same rows, groups and weight
+    # residency): each image then streams exactly what it would alone, and a weight tile loaded
+    # once serves them all. Shrinking the tile to fit more images would load the weights as
+    # often per image, in more, shorter stages (measured slower: more instructions, less overlap).
+    for k in range(plan.memory.batch, 1, -1):
+        if fit(k) == (R, ng, resident):
+            images = k
+            break
     w_base = region0
     if resident:
         w_size = 0 if consts_local else total_w
