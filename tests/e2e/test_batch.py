@@ -168,3 +168,24 @@ def test_cli_compile_run_and_estimate_a_batch_program(tmp_path, capsys):
     assert code == 0, err
     e2 = json.loads(stdout)
     assert e2["batch"] == 2 and e2["fps"] == pytest.approx(2e3 / e2["latency_ms"])
+
+
+def test_a_batch_program_cut_by_its_constants_gives_the_whole_programs_outputs():
+    """Constants past DRAM1 cut the model into programs run in a row, each running the batch:
+    the tensors crossing the cuts hold the images one after another too."""
+    from systolix.arch import get_architecture
+
+    rng = np.random.default_rng(1)
+    weights = {f"w{k}": rng.normal(0, 0.3, (16, 16 if k else 3, 3, 3)).astype(np.float32) for k in range(3)}
+    nodes, prev = [], "x"
+    for k in range(3):
+        nodes += [helper.make_node("Conv", [prev, f"w{k}"], [f"c{k}"], pads=[1, 1, 1, 1], kernel_shape=[3, 3], name=f"conv{k}"),
+                  helper.make_node("Relu", [f"c{k}"], [f"r{k}"], name=f"relu{k}")]
+        prev = f"r{k}"
+    model = make_model(nodes, [("x", [1, 3, 6, 6])], [(prev, None)], weights)
+    whole = systolix.compile(model, "pynqz1")
+    small = get_architecture("pynqz1").model_copy(update={"dram1_depth": 400})  # each conv's 289 vectors alone
+    cut = systolix.compile(model, small, batch=2)
+    assert cut.summary.constant_cuts == 2 and cut.summary.batch == 2
+    x = rng.uniform(-1, 1, (3, 1, 3, 6, 6)).astype(np.float32)
+    assert np.array_equal(whole.run({"x": x}, batch=True)[prev], cut.run({"x": x}, batch=True)[prev])
