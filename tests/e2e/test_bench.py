@@ -59,7 +59,7 @@ def _check_model_rows(rows: list[dict], name: str) -> None:
 
 @pytest.fixture(scope="module")
 def resnet20_bench() -> dict:
-    return _bench("--model", "resnet20v2")
+    return _bench("--model", "resnet20v2", "--no-batch")
 
 
 def test_bench_has_both_tables_with_date_and_commit(resnet20_bench):
@@ -70,6 +70,24 @@ def test_bench_has_both_tables_with_date_and_commit(resnet20_bench):
 
 def test_resnet20_rows_on_the_three_published_boards(resnet20_bench):
     _check_model_rows(resnet20_bench["models"], "resnet20v2")
+
+
+def test_resnet20_throughput_at_batch_4():
+    """One program running four frames (one board: the column costs a second compile a row):
+    each frame's output is the batch-1 program's (tested in tests/e2e/test_batch.py), so four
+    frames take at most four times as long as one and at least four frames' compute floor."""
+    from systolix.perf.bench import models_table
+
+    (r,) = models_table(("resnet20v2",), ("ultra96-v2",), throughput_batch=4)
+    macs = model_stats(build_cached("resnet20v2")).macs
+    b = r["batched"]
+    assert b["batch"] == 4 and not b["error"], b["error"]
+    assert b["macs"] == 4 * macs
+    n, mhz = r["array_size"], r["clock_mhz"]
+    assert b["latency_ms"] > 4 * macs / (n * n * mhz * 1e3)
+    assert b["fps"] == pytest.approx(4e3 / b["latency_ms"])
+    assert b["host_ms"] == pytest.approx(4 * r["host_ms"])
+    assert b["latency_ms"] <= 4 * r["latency_ms"] * 1.0001  # no layer slower per image
 
 
 def test_zcu104_table_puts_tensil_programs_next_to_our_compiles(resnet20_bench):
@@ -100,12 +118,12 @@ def test_zcu104_table_puts_tensil_programs_next_to_our_compiles(resnet20_bench):
 
 
 def test_yolov4_tiny_rows():
-    _check_model_rows(_bench("--model", "yolov4_tiny", "--no-zcu104")["models"], "yolov4_tiny")
+    _check_model_rows(_bench("--model", "yolov4_tiny", "--no-zcu104", "--no-batch")["models"], "yolov4_tiny")
 
 
 @pytest.mark.slow
 def test_resnet50_rows_cut_the_model_on_the_small_boards():
-    rows = _bench("--model", "resnet50v2", "--no-zcu104")["models"]
+    rows = _bench("--model", "resnet50v2", "--no-zcu104", "--no-batch")["models"]
     _check_model_rows(rows, "resnet50v2")
     # 25.6 M weights do not fit 1 M vectors of DRAM1 on the 8x8 and 12x12 architectures: the
     # model runs as programs in a row there, timed together, every MAC counted once.

@@ -26,6 +26,8 @@ MAX_VECTORS = 2**32
 MAX_PROGRAM_BYTES = 2**34
 #: Largest tensor dimension the extension may record.
 MAX_DIMENSION = 2**31
+#: Largest batch a program may run (``systolix.compiler.batch.MAX_BATCH``).
+MAX_BATCH = 1024
 #: Largest window, stride or pad of a packed input (``TensorPacking``).
 MAX_PACK_WINDOW = 1024
 
@@ -184,6 +186,9 @@ class SystolixExtension(BaseModel):
     segments: list[SegmentEntry] | None = None
     placement: dict[str, Literal["accelerator", "host"]] | None = None
     strategy: str | None = None
+    batch: int = Field(default=1, ge=1, le=MAX_BATCH)
+    """Images the program runs (``systolix compile --batch``): each input and output span holds
+    them one after another, ``size / batch`` vectors each."""
 
     @model_validator(mode="after")
     def _segments(self) -> "SystolixExtension":

@@ -80,6 +80,8 @@ def build_artifacts(name: str, arch: Architecture, lir: LirProgram, listing: boo
         "segments": None,
         "strategy": lir.strategy,
     }
+    if lir.batch > 1:
+        extension["batch"] = lir.batch  # each span holds the images one after another
     manifest = TModel(
         name=name,
         prog=ProgramRef(file_name=prog_name, size=len(prog)),

@@ -45,7 +45,9 @@ def summary_tables(summary) -> list[Table]:
     totals.add_row("stages", f"{sum(r.stages for r in summary.layers):,}")
     totals.add_row("partitions", f"{sum(r.partitions for r in summary.layers):,}")
     totals.add_row("instructions", f"{summary.instructions:,}")
-    totals.add_row("useful MACs", f"{summary.macs:,} ({summary.macs / 1e6:.2f} M)")
+    totals.add_row("useful MACs", f"{summary.macs:,} ({summary.macs / 1e6:.2f} M)" + (f" for {summary.batch} images" if summary.batch > 1 else ""))
+    if summary.batch > 1:
+        totals.add_row("batch", f"{summary.batch} images a run, one after another in each input and output span")
     totals.add_row("segments", f"{acc_segments} accelerator, {host_segments} host")
     if summary.constant_cuts:
         totals.add_row("constants", f"{summary.consts_vectors:,} vectors, more than {consts_memory}'s {consts_depth:,}: "
@@ -129,6 +131,10 @@ def compile_command(
     no_pack_input: bool = typer.Option(False, "--no-pack-input",
                                        help="Keep every input in the plain layout (by default a few-channel input read by one "
                                             "conv is packed for it: space-to-depth or im2col, docs/tmodel-extension.md)."),
+    batch: int = typer.Option(None, "--batch", "-b", min=1, max=1024,
+                              help="Images one program runs (1 to 1024): each weight tile loaded into the array streams every "
+                                   "image (default 1, or the batch the model's inputs fix). The inputs and outputs hold the "
+                                   "images one after another (docs/tmodel-extension.md)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the path of the written .tmodel."),
     dump_ir: Path = typer.Option(None, "--dump-ir",
                                  help="Write the graph, HIR, plan and LIR after every pass into this directory, as text "
@@ -162,7 +168,7 @@ def compile_command(
 
         compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_step,
                                  calibration=calibrate, split=not no_split, dump_ir=dump_ir,
-                                 pack_inputs=not no_pack_input, estimate_gains=estimate_gains)
+                                 pack_inputs=not no_pack_input, estimate_gains=estimate_gains, batch=batch)
     path = compiled.save(output)
     if quiet:
         console.print(str(path))

@@ -27,7 +27,7 @@ def _load(model: Path):
     return load_program(model)
 
 
-def _compile_onnx(model: Path, board, arch: str | None, strategy: str, directory: Path) -> Path:
+def _compile_onnx(model: Path, board, arch: str | None, strategy: str, directory: Path, batch: int | None = None) -> Path:
     """Compile an ONNX model for ``arch`` (default: the board's) into ``directory``, with a progress bar."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -41,11 +41,12 @@ def _compile_onnx(model: Path, board, arch: str | None, strategy: str, directory
         def progress(_segment: str, done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        compiled = compile_model(model, target, strategy=strategy, progress=progress)
+        compiled = compile_model(model, target, strategy=strategy, progress=progress, batch=batch)
     return compiled.save(directory)
 
 
-def _estimate(model: Path, board_name: str, arch: str | None, strategy: str, time_host: bool = True):
+def _estimate(model: Path, board_name: str, arch: str | None, strategy: str, time_host: bool = True,
+              batch: int | None = None):
     """The estimate of a .tmodel (or an .onnx compiled first) and, for a partitioned model, its segments."""
     import tempfile
 
@@ -57,10 +58,12 @@ def _estimate(model: Path, board_name: str, arch: str | None, strategy: str, tim
     require_file(model, "model")
     with tempfile.TemporaryDirectory(prefix="systolix-estimate-") as tmp:
         if model.suffix == ".onnx":
-            path = _compile_onnx(model, board, arch, strategy, Path(tmp))
+            path = _compile_onnx(model, board, arch, strategy, Path(tmp), batch)
         elif model.suffix == ".tmodel":
             if arch is not None:
                 raise SystolixError("--arch applies to ONNX models; a .tmodel runs on the architecture in its manifest")
+            if batch is not None:
+                raise SystolixError("--batch applies to ONNX models; a .tmodel's program runs the batch it was compiled for")
             path = model
         else:
             raise SystolixError(f"{model}: expected a .tmodel or an .onnx file")
@@ -85,6 +88,8 @@ def print_estimate(est, title: str) -> None:
     host_segments = f" + host segments {est.host_segments_ms:.3f}" if est.host_segments_ms else ""
     t.add_row("latency", f"{est.latency_ms:.3f} ms (accelerator {est.accelerator_ms:.3f} + host I/O {est.host_ms:.3f}"
                          f"{host_segments})")
+    if est.batch > 1:
+        t.add_row("batch", f"{est.batch} frames a run (the latency is the run's)")
     t.add_row("frames per second", f"{est.fps:.1f}")
     t.add_row("MAC efficiency", f"{est.mac_efficiency:.1%}  ({est.macs_source})")
     t.add_row("bound by", est.bound)
@@ -117,13 +122,16 @@ def estimate(
     strategy: str = typer.Option("local-isolated", "--strategy", "-s",
                                  help="Compiler strategy for an ONNX model: local-isolated, local-vars, local-consts, "
                                       "local-vars-and-consts."),
+    batch: int = typer.Option(None, "--batch", min=1, max=1024,
+                              help="For an ONNX model: compile one program running this many frames (systolix compile "
+                                   "--batch); the latency is the run's, the frame rate counts every frame."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     time_host: bool = typer.Option(True, "--time-host/--no-time-host",
                                    help="Time a partitioned model's host segments with onnxruntime on this machine "
                                         "(one thread); without it they count 0 ms."),
 ) -> None:
     """Predict a model's latency, frame rate and unit shares on a board."""
-    est, segments = _estimate(model, board, arch, strategy, time_host)
+    est, segments = _estimate(model, board, arch, strategy, time_host, batch)
     if as_json:
         data = est.to_json()
         if segments is not None:
@@ -233,6 +241,7 @@ def bench(
                                      help="Only this board in table 1 (repeatable): arty-a7-35, pynq-z1, ultra96-v2."),
     no_models: bool = typer.Option(False, "--no-models", help="Skip table 1 (the long part: compiling ResNet-50)."),
     no_zcu104: bool = typer.Option(False, "--no-zcu104", help="Skip table 2 (Tensil's ZCU104 programs and ours)."),
+    no_batch: bool = typer.Option(False, "--no-batch", help="Skip table 1's batch-4 columns (a second compile of every row)."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the tables as Markdown (for the README)."),
     zoo: bool = typer.Option(False, "--zoo", help="Instead: the zoo table (real architectures from torchvision and "
                                                   "torch modules, random weights) on ultra96-v2; needs torch."),
@@ -251,8 +260,8 @@ def bench(
 
     from systolix.arch import get_board
     from systolix.models import MODELS
-    from systolix.perf.bench import (BENCH_BOARDS, BENCH_MODELS, MODELS_CAPTION, ZCU104_CONFIGS, models_table,
-                                     provenance, zcu104_table)
+    from systolix.perf.bench import (BENCH_BOARDS, BENCH_MODELS, MODELS_CAPTION, THROUGHPUT_BATCH, ZCU104_CONFIGS,
+                                     models_table, provenance, zcu104_table)
 
     for m in models or ():
         if m not in MODELS:
@@ -264,7 +273,8 @@ def bench(
     meta = provenance()
     if no_models and no_zcu104:
         raise SystolixError("--no-models and --no-zcu104 together leave no table to print")
-    jobs = (0 if no_models else len(chosen_models) * len(chosen_boards)) + (0 if no_zcu104 else len(ZCU104_CONFIGS))
+    jobs = ((0 if no_models else len(chosen_models) * len(chosen_boards) * (1 if no_batch else 2))
+            + (0 if no_zcu104 else len(ZCU104_CONFIGS)))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
         overall = bar.add_task("compiling and simulating", total=jobs)
@@ -280,7 +290,8 @@ def bench(
                     bar.update(overall, total=len(seen))
             bar.update(layers, description=f"  {label}: layer", completed=done, total=total or None)
 
-        rows1 = None if no_models else models_table(chosen_models, chosen_boards, progress)
+        rows1 = None if no_models else models_table(chosen_models, chosen_boards, progress,
+                                                    throughput_batch=0 if no_batch else THROUGHPUT_BATCH)
         rows2 = None if no_zcu104 else zcu104_table(progress=progress)
         bar.update(overall, completed=jobs)
     if as_json:
@@ -364,7 +375,7 @@ def _zoo_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
 def _models_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
     """Table 1 as header, string rows and footnotes (why a row did not compile)."""
     header = ["model", "board", "array", "MHz", "our ms", "our fps", "published ms", "published fps", "compute bound ms",
-              "share of bound", "bound by"]
+              "share of bound", "bound by", "batch 4 ms", "batch 4 fps", "batch 4 / batch 1"]
     cells, notes = [], []
     for r in rows:
         board = r["board"]
@@ -378,11 +389,28 @@ def _models_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:
         published = [_ms(r["published_latency_ms"]), _fps(r["published_fps"])]
         if r["error"]:
             notes.append(r["error"])
-            cells.append(head + ["-", "-"] + published + ["-", "-", f"not compiled [{len(notes)}]"])
+            cells.append(head + ["-", "-"] + published + ["-", "-", f"not compiled [{len(notes)}]", "-", "-", "-"])
         else:
             cells.append(head + [_ms(r["latency_ms"]), _fps(r["fps"])] + published
-                         + [_ms(r["compute_bound_ms"]), f"{r['share_of_bound']:.1%}", r["bound"]])
+                         + [_ms(r["compute_bound_ms"]), f"{r['share_of_bound']:.1%}", r["bound"]] + _batched_cells(r, notes))
     return header, cells, notes
+
+
+def _batched_cells(r, notes: list[str]) -> list[str]:
+    """The batch-4 columns of a table-1 row: the program's latency (all its frames), frames per
+    second, and the gain over batch 1; or a note saying why there is no figure."""
+    b = r.get("batched")
+    if b is None:
+        return ["-", "-", "-"]
+    if b["error"]:
+        notes.append(f"batch {b['batch']}: {b['error']}")
+        return [f"not compiled [{len(notes)}]", "-", "-"]
+    mark = ""
+    if b.get("programs", 1) > 1:
+        notes.append(f"batch {b['batch']}: constants past DRAM1: {b['programs']} programs in a row, each running the "
+                     f"{b['batch']} frames")
+        mark = f" [{len(notes)}]"
+    return [_ms(b["latency_ms"]) + mark, _fps(b["fps"]), f"{b['fps'] / r['fps']:.2f}x"]
 
 
 def _zcu104_cells(rows) -> tuple[list[str], list[list[str]], list[str]]:

@@ -24,7 +24,8 @@ def _placements(plan: Plan, acts: dict, shapes: dict) -> list[TensorPlacement]:
         perm = plan.hir.perms.get(name)
         if perm is None:
             perm = canonical_chw(tuple(shapes[name]))[3]
-        out.append(TensorPlacement(name, tuple(int(s) for s in shapes[name]), plan.memory.place(act).base, act.vectors,
+        out.append(TensorPlacement(name, tuple(int(s) for s in shapes[name]), plan.memory.place(act).base,
+                                   act.vectors * plan.memory.batch,
                                    act.G * act.N, list(perm), plan.hir.packs.get(name)))
     return out
 
@@ -37,8 +38,13 @@ def emit(plan: Plan, ctx) -> LirProgram:
     progress = ctx.reporter("scheduling")
     for k, (layer, lp, c) in enumerate(zip(hir.layers, plan.layers, plan.constants.layers)):
         start = len(e.out)
-        EMITTERS[type(layer)](layer, lp, c.data, plan.memory, e)
-        records.append(LayerRecord(layer.name, list(layer.ops), start, len(e.out), int(layer.macs), len(lp.stages),
+        if isinstance(layer, ConvLayer):
+            emit_conv(layer, lp, c.data, plan.memory, e)  # every image of a batch program
+        else:
+            # Layers without weights to share run image after image.
+            for image in range(plan.memory.batch):
+                EMITTERS[type(layer)](layer, lp, c.data, plan.memory.for_image(image), e)
+        records.append(LayerRecord(layer.name, list(layer.ops), start, len(e.out), int(layer.macs) * plan.memory.batch, len(lp.stages),
                                    len(lp.stages) * len(lp.partitions), lp.local_peak, lp.acc_peak))
         if progress is not None:
             progress(k + 1, len(hir.layers))
@@ -46,4 +52,4 @@ def emit(plan: Plan, ctx) -> LirProgram:
         hir.name, e.out, plan.constants.vectors, records, _placements(plan, hir.inputs, hir.input_shapes),
         _placements(plan, hir.outputs, hir.output_shapes), plan.memory.dram0_vectors,
         max((r.local_peak for r in records), default=0), max((r.acc_peak for r in records), default=0),
-        plan.memory.consts_local, plan.strategy)
+        plan.memory.consts_local, plan.strategy, batch=plan.memory.batch)

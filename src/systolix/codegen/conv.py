@@ -118,6 +118,17 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
                 e.move(in_base, acc_const + k, n)
     vh = [_valid(OH, H, k, sh, dh, pt) for k in range(KH)]
     vw = [_valid(OW, W, k, sw, dw, pl) for k in range(KW)]
+    if memory.batch > 1:
+        # A batch program: ``t.images`` images at a time stream through each weight tile, image j
+        # with its band ``t.band_size`` vectors after image j-1's and its tile ``tile`` after
+        # (plans of batch programs are never pipelined: ``systolix.planning.tiling.conv``; nor
+        # is the bias loaded with a block, as it is below).
+        tile_size = t.rows * OW * t.groups
+        local = None if to_local is None else (lambda a: to_local(a, 0))
+        for first in range(0, memory.batch, t.images):
+            images = [memory.for_image(b) for b in range(first, min(memory.batch, first + t.images))]
+            _emit_images(layer, plan, consts, images, e, local, vh, vw, tile_size)
+        return
     base, gs, hs, ws = memory.strides(out)
     out_on_chip = memory.on_chip(out)
     # Streamed weights: per output group its bias and blocks in chunks that fit the buffer.
@@ -274,3 +285,105 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
                 for ci in range(len(chunks_of[go])):
                     in_array = run_chunk(stage, band, go, go0, ci, fetch(go, ci, 0), in_array)
             finish_partition(stage, go0, go1, 0)
+
+
+def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, images: list[MemoryMap], e: Emitter, to_local,
+                 vh, vw, tile_size: int) -> None:
+    """The layer on the images ``images`` address (one map per image), each weight tile loaded
+    once for all of them."""
+    t = plan.detail
+    N = e.N
+    out = layer.output
+    sh, sw = layer.stride
+    dh, dw = layer.dilation
+    pt, pl = layer.pads[0], layer.pads[1]
+    OW = out.W
+    W = layer.inputs[0].act.W
+    per_go, offsets = consts.blocks, consts.addresses
+    consts_local = images[0].consts_local
+    w_base, in_base, stage_base = LOCAL + t.weights_base, LOCAL + t.band_base, LOCAL + t.staging_base
+    acc_const = ACCUMULATORS + t.acc_const
+    out_on_chip = images[0].on_chip(out)
+    for stage in plan.stages:
+        oh0, oh1 = stage.outputs
+        ih_lo, ih_hi = stage.inputs
+        rows = oh1 - oh0
+        nrows = ih_hi - ih_lo
+        bands: list[dict[tuple[int, int], int]] = [{} for _ in images]
+
+        def load_band(groups):
+            """Input rows ih_lo..ih_hi of the given (input, group) pairs, one after another, for
+            each image; ``bands[j][(input, group)]`` is where image j's row ih_lo sits."""
+            for j, memory in enumerate(images):
+                for slot, (i, gi) in enumerate(groups):
+                    act = layer.inputs[i].act
+                    abase, ags, ahs, aws = memory.strides(act)
+                    if memory.on_chip(act):
+                        bands[j][(i, gi)] = abase + gi * ags + ih_lo * ahs  # already on chip (local-vars)
+                        continue
+                    lbase = in_base + j * t.band_size + slot * nrows * W
+                    bands[j][(i, gi)] = lbase
+                    e.load_rows(lbase, abase + gi * ags + ih_lo * ahs, nrows, W, ahs, aws)
+
+        if not t.diagonal:
+            # Input band: channel group by channel group, rows contiguous.
+            load_band([(i, gi) for i, inp in enumerate(layer.inputs) for gi in range(inp.act.G)])
+        for go0, go1 in plan.partitions:
+            if t.diagonal:
+                load_band([(0, g) for g in range(go0, min(go1, layer.inputs[0].act.G))])
+            for go in range(go0, go1):
+                acc_go = ACCUMULATORS + (go - go0) * rows * OW
+                blocks = per_go[go]
+                bias_addr, block_addrs = offsets[go]
+                if to_local is None:
+                    # Streamed: bias and as many blocks as fit, chunk by chunk.
+                    per_chunk = max(1, (t.weights_size - 1) // N)
+                    chunks = [list(range(c, min(len(blocks), c + per_chunk))) for c in range(0, max(1, len(blocks)), per_chunk)]
+                else:
+                    chunks = [list(range(len(blocks)))]
+                for ci, chunk in enumerate(chunks):
+                    if to_local is None:
+                        first = bias_addr if ci == 0 else block_addrs[chunk[0]]
+                        last = (block_addrs[chunk[-1]] + N) if chunk else bias_addr + 1
+                        e.move(CONSTS + first, w_base, last - first)
+                        loc = lambda a, first=first: w_base + (a - first)  # noqa: E731
+                    else:
+                        loc = to_local
+                    if ci == 0:
+                        e.load_bias(loc(bias_addr))
+                        for j in range(len(images)):
+                            e.matmul(ZEROES, acc_go + j * tile_size, rows * OW, 1, accumulate=False)
+                        in_array = None  # the weights now in the array: the bias block
+                    for jb in chunk:
+                        i, kh, kw, gi = blocks[jb]
+                        h0, h1 = vh[kh]
+                        w0, w1 = vw[kw]
+                        r0, r1 = max(h0, oh0), min(h1, oh1)
+                        if r0 >= r1 or w0 >= w1:
+                            continue
+                        # The array keeps its weights until the next LoadWeights: a block equal
+                        # to the one loaded last (pooling taps) is not loaded again.
+                        if in_array is None or block_addrs[jb] != block_addrs[in_array]:
+                            e.load_block(loc(block_addrs[jb]))
+                            in_array = jb
+                        for j in range(len(images)):
+                            lbase = bands[j][(i, gi)]
+                            for oh in range(r0, r1):
+                                ih = oh * sh + kh * dh - pt
+                                iw = w0 * sw + kw * dw - pl
+                                e.matmul(lbase + (ih - ih_lo) * W + iw, acc_go + j * tile_size + (oh - oh0) * OW + w0, w1 - w0, sw)
+            for j, memory in enumerate(images):
+                acc = ACCUMULATORS + j * tile_size
+                base, gs, hs, ws = memory.strides(out)
+                tile = Tile(e, memory, N, go0, go1, oh0, rows, OW, stage_base, acc_const, ACCUMULATORS + t.acc_scratch,
+                            ACCUMULATORS + t.acc_bcast, consts_local, acc)
+                for post, slot in zip(layer.post_ops, consts.slots):
+                    post.emit(tile, slot)
+                # Save: accumulators to staging, staging to DRAM0 (or straight to local-vars).
+                if out_on_chip:
+                    for go in range(go0, go1):
+                        e.move(acc + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows * OW)
+                    continue
+                e.move(acc, stage_base, tile.n_vec)
+                for go in range(go0, go1):
+                    e.save_rows(stage_base + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows, OW, hs, ws)

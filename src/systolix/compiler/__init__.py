@@ -22,13 +22,14 @@ import onnx
 from systolix.arch import Architecture, get_architecture
 from systolix.artifacts import ProgramRef, TModel
 from systolix.backend import Artifacts
+from systolix.compiler.batch import free_batch
 from systolix.compiler.calibration import calibration_samples
 from systolix.compiler.context import CompileContext
 from systolix.compiler.driver import run_passes
 from systolix.compiler.errors import UnsupportedOpError
 from systolix.compiler.program import Program, Segment
 from systolix.errors import SystolixError
-from systolix.frontend import graph_from_model, import_onnx
+from systolix.frontend import FrontendError, graph_from_model, import_onnx
 from systolix.ir import Graph
 from systolix.planning.errors import STRATEGIES
 from systolix.runtime.model import Model
@@ -67,6 +68,8 @@ class CompileSummary:
     """conv layers whose weights calibration rounded (GPTQ), by name"""
     split_layers: dict[str, int] = field(default_factory=dict)
     """nodes too large for DRAM1, split by output channels: node name -> slices"""
+    batch: int = 1
+    """images each program runs (``--batch``); ``macs`` counts all of them"""
 
     @property
     def host_nodes(self) -> list[str]:
@@ -162,7 +165,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
                   progress: Callable[[str, int, int], None] | None = None,
                   calibration: Any = None, split: bool = True, dump_ir: str | Path | None = None,
                   pack_inputs: bool = True, estimate_gains: bool = True,
-                  pipeline: bool = True) -> CompiledModel | CompiledPartitionedModel:
+                  pipeline: bool = True, batch: int | None = None) -> CompiledModel | CompiledPartitionedModel:
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
     ``.tarch`` path or ``Architecture``).
 
@@ -182,6 +185,9 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     on by default, ``False`` for the plain weights (one binary point, no gains).
     ``pipeline``: let conv layers double-buffer across the two lock halves of local memory when
     the planner's cost model prefers it (``False``: the plain single-buffered plans).
+    ``batch``: images one program runs (1 to ``systolix.compiler.batch.MAX_BATCH``), each weight
+    tile streaming all of them; default 1, or the batch the model's inputs fix (a model exported
+    with batch 4 compiles as a batch-4 program). The outputs are bit for bit the batch-1 program's.
     Returns a model with ``.run(inputs)``, ``.save(directory)`` and ``.summary``.
     """
     started = time.perf_counter()
@@ -189,14 +195,25 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         arch = get_architecture(arch)
     if strategy not in STRATEGIES:
         raise SystolixError(f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES)})")
-    onnx_model, source, shapes = import_onnx(model_or_path)
+    model_or_path, batch, original = free_batch(model_or_path, batch)
+    if original is None:
+        onnx_model, source, shapes = import_onnx(model_or_path)
+    else:
+        try:
+            onnx_model, _, shapes = import_onnx(model_or_path)
+        except FrontendError as e:
+            raise FrontendError(f"{original}: the inputs fix batch {batch}, and the model does not run with a batch of 1 "
+                                f"({str(e).split(': ', 1)[-1]}); export it with a free batch axis or batch 1, then compile "
+                                f"with --batch {batch}") from None
+        source = original
+        model_or_path = original
     graph = graph_from_model(onnx_model, source, shapes)
     if name is None:
         stem = Path(source).stem if not isinstance(model_or_path, (onnx.ModelProto, bytes, bytearray)) else (graph.name or "model")
         name = f"{_safe_name(stem)}_{_safe_name(str(arch.array_size))}x{arch.array_size}"
     samples = None if calibration is None else calibration_samples(calibration, graph)
     ctx = CompileContext(arch, strategy, samples, host, split, listing, name, progress=progress, onnx_model=onnx_model,
-                         pack_inputs=pack_inputs, estimate_gains=estimate_gains, pipeline=pipeline)
+                         pack_inputs=pack_inputs, estimate_gains=estimate_gains, pipeline=pipeline, batch=batch)
     program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
     graph = program.graph  # (a layer too large for DRAM1 is split into several nodes)
     segments = program.segments
@@ -219,6 +236,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     files = {k: v for k, v in files.items() if k != top} | {top: files[top]}
     summary = _summary(source, arch, strategy, program, placement, samples)
     summary.split_layers = dict(ctx.split_layers)
+    summary.batch = batch
     summary.seconds = time.perf_counter() - started
     tmp = Path(tempfile.mkdtemp(prefix="systolix-compile-"))
     try:

@@ -42,6 +42,9 @@ class CompileContext:
     pipeline: bool = True
     """Let conv layers double-buffer across the two lock halves of local memory
     (``systolix.planning.tiling``) when its cost model prefers it."""
+    batch: int = 1
+    """Images one program runs (``systolix compile --batch``): each weight tile loaded into the
+    array streams every image's vectors before the next (``systolix.planning.tiling``)."""
     estimate_gains: bool = True
     """Plain compiles: amplify weights by gains from ranges estimated from the model itself
     (``systolix.hir_passes.estimate_ranges``); ``False``: no gains without calibration data."""

@@ -218,10 +218,12 @@ class LirProgram(Structural):
     strategy: str
     bound: bool = False  # addresses name physical memories (``bind_memories`` ran)
     notes: list[str] = field(default_factory=list)
+    batch: int = 1  # images the program runs; each input and output span holds them one after another
 
     def text(self) -> str:
         lines = [f"lir {self.name}: {len(self.instructions)} instructions, {self.consts.shape[0]} constant vectors, "
-                 f"strategy {self.strategy}" + (", memories bound" if self.bound else "")]
+                 f"strategy {self.strategy}" + (", memories bound" if self.bound else "")
+                 + (f", batch of {self.batch}" if self.batch > 1 else "")]
         for io, spans in (("input", self.inputs), ("output", self.outputs)):
             for t in spans:
                 lines.append(f"  {io} {t.name} {list(t.shape)}: dram0[{t.base}] x{t.vectors} "

@@ -53,6 +53,9 @@ class MemoryMap:
     ``consts_local``: the constant image sits in local memory from address 0 (local-consts);
     ``region0``: the first local address a layer may use for its own buffers (after the
     constants and, with local-vars, the activations kept on chip).
+    ``batch``: images the program runs (``systolix compile --batch``); each activation's span
+    holds them one after another, ``root.vectors`` apart. ``image``: the one ``strides``
+    addresses (``for_image``).
     """
 
     places: dict[Activation, Place]
@@ -60,6 +63,13 @@ class MemoryMap:
     consts_local: bool
     consts_vectors: int
     region0: int
+    batch: int = 1
+    image: int = 0
+
+    def for_image(self, image: int) -> "MemoryMap":
+        """This map addressing image ``image`` of the batch."""
+        return MemoryMap(self.places, self.dram0_vectors, self.consts_local, self.consts_vectors, self.region0,
+                         self.batch, image)
 
     def place(self, act: Activation) -> Place:
         root = act.root()[0]
@@ -77,7 +87,7 @@ class MemoryMap:
         """
         root, offset = act.root()
         place = self.places[root]
-        base = (LOCAL if place.memory == "local" else VARS) + place.base
+        base = (LOCAL if place.memory == "local" else VARS) + place.base + self.image * root.vectors
         if root.order == "pixel":
             gs, ps = 1, root.G
         else:
@@ -88,7 +98,8 @@ class MemoryMap:
         lines = [f"memory map: {self.dram0_vectors} vectors of DRAM0; constants {self.consts_vectors} vectors in "
                  f"{'local memory from 0' if self.consts_local else 'DRAM1'}; layers' local memory from {self.region0}"]
         for act, place in sorted(self.places.items(), key=lambda item: (item[1].memory, item[1].base)):
-            lines.append(f"  {place.memory}[{place.base}..{place.base + act.vectors}) {act.text()}")
+            lines.append(f"  {place.memory}[{place.base}..{place.base + act.vectors * self.batch}) {act.text()}"
+                         + (f" x{self.batch} images" if self.batch > 1 else ""))
         return "\n".join(lines)
 
 

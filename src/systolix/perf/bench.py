@@ -39,7 +39,10 @@ BENCH_BOARDS = ("arty-a7-35", "pynq-z1", "ultra96-v2")
 MODEL_TITLES = {"resnet20v2": "ResNet-20 v2", "resnet50v2": "ResNet-50 v2", "yolov4_tiny": "YOLOv4-tiny"}
 MODELS_CAPTION = ("ResNet-20 v2: CIFAR-10, 32x32x3; ResNet-50 v2: ImageNet, 224x224x3; YOLOv4-tiny: 192x192x3 up to "
                   "its two heads. Random weights; compiled with strategy local-isolated; published = Tensil's published "
-                  "figures (Tensil's serial model); compute bound = useful MACs / N^2 / clock.")
+                  "figures (Tensil's serial model); compute bound = useful MACs / N^2 / clock. Batch 4: one program "
+                  "running four frames (systolix compile --batch 4), fps = 4 / its latency, host I/O included.")
+#: The batch of the throughput column of table 1.
+THROUGHPUT_BATCH = 4
 
 # Table 2's configurations: (architecture, strategy, board, Tensil's program directory or
 # None, measured label in expected.json or None). Tensil's ``baseline/`` is its default
@@ -114,8 +117,9 @@ class CompiledEstimate:
 
 
 def compile_and_estimate(model, arch, board_name: str, strategy: str = "local-isolated",
-                         progress: Progress | None = None, label: str = "") -> CompiledEstimate:
-    """Compile ``model`` (ONNX) for ``arch`` and estimate one frame on ``board_name``.
+                         progress: Progress | None = None, label: str = "", batch: int = 1) -> CompiledEstimate:
+    """Compile ``model`` (ONNX) for ``arch`` and estimate one frame on ``board_name`` (``batch``:
+    one run of a program that takes that many frames).
 
     A model the compiler refuses (does not fit the memories, an op it cannot run) gives
     ``error`` with the compiler's message instead of raising; so does a model the compiler
@@ -131,7 +135,7 @@ def compile_and_estimate(model, arch, board_name: str, strategy: str = "local-is
     if progress is not None:
         progress(label, 0, 0)  # a new job starts, even if it fails before its first layer
     try:
-        compiled = compile_model(model, arch, strategy=strategy, progress=cb, name="bench")
+        compiled = compile_model(model, arch, strategy=strategy, progress=cb, name="bench", batch=batch)
     except SystolixError as e:
         return CompiledEstimate(None, time.perf_counter() - started, str(e))
     seconds = time.perf_counter() - started
@@ -159,6 +163,7 @@ def _estimate_fields(e: Estimate) -> dict[str, Any]:
         "accelerator_ms": e.accelerator_ms,
         "host_ms": e.host_ms,
         "fps": e.fps,
+        "batch": e.batch,
         "macs": e.macs,
         "mac_efficiency": e.mac_efficiency,
         "bound": e.bound,
@@ -166,8 +171,9 @@ def _estimate_fields(e: Estimate) -> dict[str, Any]:
 
 
 def models_table(models: tuple[str, ...] = BENCH_MODELS, boards: tuple[str, ...] = BENCH_BOARDS,
-                 progress: Progress | None = None) -> list[dict[str, Any]]:
-    """Table 1: each benchmark model compiled for each board, against Tensil's published figures."""
+                 progress: Progress | None = None, throughput_batch: int = THROUGHPUT_BATCH) -> list[dict[str, Any]]:
+    """Table 1: each benchmark model compiled for each board, against Tensil's published figures;
+    latency at batch 1 and throughput of a batch-``throughput_batch`` program (0: not compiled)."""
     from systolix.models import build_cached
 
     rows = []
@@ -190,10 +196,23 @@ def models_table(models: tuple[str, ...] = BENCH_MODELS, boards: tuple[str, ...]
                 row.update(_estimate_fields(e))
                 row["compute_bound_ms"] = bound_ms
                 row["share_of_bound"] = bound_ms / e.latency_ms
+            if throughput_batch > 1 and r.estimate is not None:
+                row["batched"] = _batched(onnx_model, board, name, throughput_batch, progress)
             rows.append(row)
             if r.error and "vectors of DRAM" in r.error:
                 rows.append(_with_larger_dram(onnx_model, name, board_name, progress))
     return rows
+
+
+def _batched(onnx_model, board, name: str, batch: int, progress: Progress | None) -> dict[str, Any]:
+    """The throughput of one program running ``batch`` frames (or why it does not compile)."""
+    r = compile_and_estimate(onnx_model, board.architecture, board.name, progress=progress,
+                             label=f"{name} on {board.name}, batch {batch}", batch=batch)
+    out: dict[str, Any] = {"batch": batch, "compile_seconds": round(r.compile_seconds, 2), "error": r.error,
+                           "programs": r.programs}
+    if r.estimate is not None:
+        out.update(_estimate_fields(r.estimate))
+    return out
 
 
 # When a model's constants or activations overflow a preset's DRAM depths (ResNet-50's 25.6 M

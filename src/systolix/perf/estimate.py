@@ -93,6 +93,9 @@ class Estimate:
     timeline: Timeline = field(repr=False)
     host_segments_ms: float = 0.0
     """A partitioned model's host segments (``time_host_segment``); 0 for a plain program."""
+    batch: int = 1
+    """Images one run of the program takes (``systolix compile --batch``): ``latency_ms`` is
+    for all of them, ``fps`` counts each."""
 
     @property
     def accelerator_ms(self) -> float:
@@ -108,7 +111,7 @@ class Estimate:
 
     @property
     def fps(self) -> float:
-        return 1e3 / self.latency_ms if self.latency_ms > 0 else float("inf")
+        return self.batch * 1e3 / self.latency_ms if self.latency_ms > 0 else float("inf")
 
     @property
     def mac_efficiency(self) -> float:
@@ -137,6 +140,7 @@ class Estimate:
             "array_size": n,
             "clock_mhz": self.board.clock_mhz,
             "instructions": self.instructions,
+            "batch": self.batch,
             "cycles": round(self.cycles, 1),
             "accelerator_ms": self.accelerator_ms,
             "host_ms": self.host_ms,
@@ -364,7 +368,7 @@ def estimate(
     return Estimate(
         board=board, instructions=len(program), cycles=timeline.cycles, io_scalars=io_scalars, macs=macs,
         macs_source=source, unit_busy=unit_busy(timeline, arch),
-        layers=layers, timeline=timeline,
+        layers=layers, timeline=timeline, batch=model.extension.batch if model is not None and model.systolix else 1,
     )
 
 
@@ -473,7 +477,7 @@ def estimate_partitioned(tmodel_path: str | Path, board: Board, time_host: bool 
         cycles=sum(e.cycles for e in estimates), io_scalars=sum(e.io_scalars for e in estimates),
         macs=sum(e.macs for e in estimates), macs_source=first.macs_source,
         unit_busy={u: sum(e.unit_busy[u] for e in estimates) for u in first.unit_busy},
-        layers=layers, timeline=first.timeline,
+        layers=layers, timeline=first.timeline, batch=first.batch,
         host_segments_ms=sum(p.get("host_ms", 0.0) for p in parts),
     )
     return combined, parts

@@ -48,8 +48,9 @@ class FirstFit:
         self.free = [m for m in merged if m[1] > m[0]]
 
 
-def allocate_dram0(hir: HirProgram, depth: int, places: dict[Activation, Place]) -> int:
-    """A span of DRAM0 for every activation, into ``places``; returns the vectors used."""
+def allocate_dram0(hir: HirProgram, depth: int, places: dict[Activation, Place], batch: int = 1) -> int:
+    """A span of DRAM0 for every activation (``batch`` images of it, one after another), into
+    ``places``; returns the vectors used."""
     roots: dict[int, Activation] = {}
     first: dict[int, int] = {}
     last: dict[int, int] = {}
@@ -81,18 +82,18 @@ def allocate_dram0(hir: HirProgram, depth: int, places: dict[Activation, Place])
     for step in range(-1, len(hir.layers)):
         for i in by_first.get(step, []):
             r = roots[i]
-            bases[i] = dram0.allocate(r.vectors, f"activation {r.name!r}")
+            bases[i] = dram0.allocate(r.vectors * batch, f"activation {r.name!r}" + (f" ({batch} images)" if batch > 1 else ""))
             live.append(i)
         for i in [i for i in live if last[i] <= step and last[i] < end]:
             if step >= 0 or last[i] < 0:
-                dram0.release(bases[i], roots[i].vectors)
+                dram0.release(bases[i], roots[i].vectors * batch)
                 live.remove(i)
     for i, base in bases.items():
         places[roots[i]] = Place("dram0", base)
     return dram0.top
 
 
-def allocate_local_vars(hir: HirProgram, start: int, local_depth: int, places: dict[Activation, Place]) -> int:
+def allocate_local_vars(hir: HirProgram, start: int, local_depth: int, places: dict[Activation, Place], batch: int = 1) -> int:
     """local-vars: places in local memory from ``start`` for the activations that fit; returns
     the size of the local region used."""
     capacity = (local_depth - start) // 2
@@ -118,7 +119,7 @@ def allocate_local_vars(hir: HirProgram, start: int, local_depth: int, places: d
         live = [x for x in live if x[2] >= k]
         for i in [i for i, f in first.items() if f == k and i not in excluded]:
             r = roots[i]
-            size = r.vectors
+            size = r.vectors * batch
             spans = sorted((b, b + n) for b, n, _ in live)
             base, cursor = None, 0
             for b, e_ in spans:
@@ -141,10 +142,11 @@ def allocate_memory(plan: Plan, ctx) -> Plan:
     (local-vars) the activations kept on chip; layers lay out their buffers after both."""
     hir, arch = plan.hir, ctx.arch
     places: dict[Activation, Place] = {}
-    dram0 = allocate_dram0(hir, arch.dram0_depth, places)
+    batch = ctx.batch
+    dram0 = allocate_dram0(hir, arch.dram0_depth, places, batch)
     consts_local = ctx.strategy in ("local-consts", "local-vars-and-consts")
     consts = int(plan.constants.vectors.shape[0])
     region0 = consts if consts_local else 0
     if ctx.strategy in ("local-vars", "local-vars-and-consts"):
-        region0 += allocate_local_vars(hir, region0, arch.local_depth, places)
-    return dataclasses.replace(plan, memory=MemoryMap(places, dram0, consts_local, consts, region0))
+        region0 += allocate_local_vars(hir, region0, arch.local_depth, places, batch)
+    return dataclasses.replace(plan, memory=MemoryMap(places, dram0, consts_local, consts, region0, batch))

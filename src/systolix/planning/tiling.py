@@ -51,6 +51,10 @@ class ConvTiling:
     # chunk j (streamed, the band copied into both halves) works in context s % 2 (j % 2) while
     # the DRAM moves of the next one fill the other. Empty: one context (the fields above).
     contexts: tuple[tuple[int, int, int], ...] = ()
+    images: int = 1
+    """Images of a batch program that stream through each weight tile together, each with its
+    own input band (``band_size`` vectors apart) and tile (``rows * OW * groups`` apart)."""
+    band_size: int = 0
 
 
 @dataclass(eq=False)
@@ -109,7 +113,7 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
     # elementwise product, one vector per channel group for a broadcast one.
     tile_copies = max([p.tile_copies for p in layer.post_ops], default=1)
     n_bcast = Go if any(p.broadcast for p in layer.post_ops) else 0
-    acc_avail = (arch.accumulator_depth - n_simd - n_bcast) // tile_copies
+    acc_room = arch.accumulator_depth - n_simd - n_bcast
     local_avail = arch.local_depth - region0
     total_w = consts.stored
     # A layer whose output channel c reads only input channel c (depthwise, pooling, scaling)
@@ -120,49 +124,68 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
     def rows_in(R: int) -> int:
         return min(H, (R - 1) * sh + (KH - 1) * dh + 1)
 
-    if OW > acc_avail:
+    if OW > acc_room // tile_copies:
         raise SchedulingError(
             f"layer {layer.name!r} needs {OW + n_simd} vectors of accumulators for one output row of one channel group "
             f"but the architecture has {arch.accumulator_depth}")
 
-    def local_need(R: int, ng: int) -> int:
-        return rows_in(R) * W * (ng if diagonal else sum_gi) + R * OW * ng
+    # A batch program (``systolix compile --batch``) streams ``k`` images through each weight
+    # tile: each image has its own input band and tile (the staging area is shared: images are
+    # saved one after another), so a tile holds fewer rows; ``k`` is chosen below.
+    def local_need(R: int, ng: int, k: int = 1) -> int:
+        return k * rows_in(R) * W * (ng if diagonal else sum_gi) + R * OW * ng
 
-    def search(extra: int):
+    def search(extra: int, k: int):
         """The most output channel groups, then the most rows, that fit with ``extra`` vectors of weights."""
+        acc_avail = acc_room // (k + tile_copies - 1)
         # A post-op across channels (softmax on the Tandem unit) needs every group in one tile.
         lowest = Go if any(p.all_groups for p in layer.post_ops) else 1
         for ng in range(min(Go, acc_avail // OW), lowest - 1, -1):
             for R in range(min(OH, acc_avail // (OW * ng)), 0, -1):
-                if local_need(R, ng) + extra <= local_avail:
+                if local_need(R, ng, k) + extra <= local_avail:
                     return R, ng
         return 0, 0
 
-    resident = consts_local
-    R, ng = (0, 0) if resident else search(total_w)
-    if R:
-        resident = True
-    else:
-        R, ng = search(0 if resident else 1 + N)
-    pipelined = False
-    if R and not diagonal:
-        R, ng, resident, pipelined = _choose(layer, consts, arch, (R, ng, resident), rows_in, local_need, acc_avail, local_avail,
+    def fit(k: int):
+        resident = consts_local
+        R, ng = (0, 0) if resident else search(total_w, k)
+        if R:
+            resident = True
+        else:
+            R, ng = search(0 if resident else 1 + N, k)
+        return R, ng, resident
+
+    images, (R, ng, resident) = 1, fit(1)
+    # One image a program: the tile and the double-buffering are chosen by cost. A batch program
+    # keeps the first fit, so that more images can share its weight tiles (below); its images
+    # are not pipelined across the lock halves (yet).
+    if R and not diagonal and plan.memory.batch == 1:
+        R, ng, resident, pipelined = _choose(layer, consts, arch, (R, ng, resident), rows_in, local_need,
+                                             acc_room // tile_copies, local_avail,
                                              pipeline and not consts_local and region0 == 0, consts_local)
-    if pipelined:
-        return _pipelined_conv(layer, consts, arch, R, ng, resident, rows_in, local_need, H, W, sum_gi)
+        if pipelined:
+            return _pipelined_conv(layer, consts, arch, R, ng, resident, rows_in, local_need, H, W, sum_gi)
     if not R:
         raise SchedulingError(
             f"layer {layer.name!r} needs {local_need(1, 1) + (0 if resident else 1 + N)} vectors of local memory for one output row "
             f"({rows_in(1)} input rows x {W} pixels x {1 if diagonal else sum_gi} channel groups, {OW} staging, {N + 1} weights) "
             f"but the architecture has {local_avail}{' after the constants' if region0 else ''}")
+    # As many images as keep the tile of one image as it is (the same rows, groups and weight
+    # residency): each image then streams exactly what it would alone, and a weight tile loaded
+    # once serves them all. Shrinking the tile to fit more images would load the weights as
+    # often per image, in more, shorter stages (measured slower: more instructions, less overlap).
+    for k in range(plan.memory.batch, 1, -1):
+        if fit(k) == (R, ng, resident):
+            images = k
+            break
     w_base = region0
     if resident:
         w_size = 0 if consts_local else total_w
     else:
-        w_size = local_avail - local_need(R, ng)
+        w_size = local_avail - local_need(R, ng, images)
     in_base = w_base + w_size
     band = rows_in(R) * W * (ng if diagonal else sum_gi)
-    stage_base = in_base + band
+    stage_base = in_base + images * band
     acc_const = arch.accumulator_depth - n_simd
     stages = []
     for oh0 in range(0, OH, R):
@@ -171,14 +194,16 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
         ih_hi = min(H, (oh1 - 1) * sh - pt + (KH - 1) * dh + 1)
         stages.append(Stage((oh0, oh1), (ih_lo, max(ih_lo, ih_hi))))
     tile = R * OW * ng
+    tiles = images * tile
     weights = "in place" if consts_local else "resident" if resident else "streamed"
     return LayerPlan(
         layer.name, "conv", ROWS_THEN_GROUPS, weights, stages, [(g, min(Go, g + ng)) for g in range(0, Go, ng)],
-        [_buffer("weights", w_base, w_size), _buffer("input band", in_base, band), _buffer("staging", stage_base, tile)],
-        [_acc("tile", 0, tile), _acc("second tile", tile, tile * (tile_copies - 1)), _acc("broadcast", acc_const - n_bcast, n_bcast),
+        [_buffer("weights", w_base, w_size), _buffer("input band", in_base, images * band), _buffer("staging", stage_base, tile)],
+        [_acc("tile", 0, tiles), _acc("second tile", tiles, tile * (tile_copies - 1)), _acc("broadcast", acc_const - n_bcast, n_bcast),
          _acc("SIMD constants", acc_const, n_simd)],
-        stage_base + tile, tile_copies * tile + n_simd + n_bcast,
-        ConvTiling(R, ng, rows_in(R), diagonal, resident, w_base, w_size, in_base, stage_base, tile, acc_const - n_bcast, acc_const))
+        stage_base + tile, tiles + (tile_copies - 1) * tile + n_simd + n_bcast,
+        ConvTiling(R, ng, rows_in(R), diagonal, resident, w_base, w_size, in_base, stage_base, tiles, acc_const - n_bcast, acc_const,
+                   images=images, band_size=band))
 
 
 def _conv_cost(consts, arch, R: int, OH: int, OW: int, band: int, total_w: int, resident: bool, pipelined: bool) -> float:
@@ -291,7 +316,7 @@ def _pipelined_conv(layer: ConvLayer, consts, arch, R: int, ng: int, resident: b
          _acc("SIMD constants", acc_const, n_simd)],
         contexts[1][2] + tile, tile_copies * tile + n_simd + n_bcast,
         ConvTiling(R, ng, rows_in(R), False, resident, contexts[0][0], w_size, contexts[0][1], contexts[0][2], tile,
-                   acc_const - n_bcast, acc_const, contexts))
+                   acc_const - n_bcast, acc_const, contexts=contexts))
 
 
 def maxpool(layer: MaxPoolLayer, consts, plan: Plan, arch, consts_local: bool) -> LayerPlan:

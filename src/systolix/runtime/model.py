@@ -64,6 +64,14 @@ def check_input(name: str, value: Any, *, allow_nonfinite: bool = False, what: s
     return a
 
 
+def _group(values: np.ndarray, total: int) -> np.ndarray:
+    """``values`` ``[n, ...]`` padded with zeros to ``[total, ...]``."""
+    if values.shape[0] == total:
+        return values
+    pad = np.zeros((total - values.shape[0],) + values.shape[1:], values.dtype)
+    return np.concatenate([values, pad])
+
+
 def _nonempty(name: str, batch: np.ndarray) -> None:
     if batch.shape[0] == 0:
         raise RuntimeInputError(f"input {name!r} holds a batch of 0 items: nothing to run")
@@ -75,6 +83,7 @@ def tensor_specs(manifest: TModel, source: str) -> tuple[list[TensorSpec], list[
     exactly the span's vectors."""
     ext = manifest.extension
     arch = manifest.arch
+    images = ext.batch if ext else 1
     result = []
     for what, spans, entries in (("inputs", manifest.inputs, ext.inputs if ext else []),
                                  ("outputs", manifest.outputs, ext.outputs if ext else [])):
@@ -98,11 +107,12 @@ def tensor_specs(manifest: TModel, source: str) -> tuple[list[TensorSpec], list[
                 need = vector_count(laid_out, layout, arch.array_size)
             except ArtifactError as e:
                 raise ArtifactError(f"{source}: systolix.{what} {span.name!r}: {e}") from None
-            if need != span.size:
+            if need * images != span.size:
                 raise ArtifactError(
                     f"{source}: systolix.{what} {span.name!r}: shape {list(shape)}"
                     f"{f' packed to {list(laid_out)}' if pack else ''} with its layout takes {need:,} "
-                    f"vectors but the DRAM0 span has {span.size:,}"
+                    f"vectors{f' an image, {need * images:,} for the batch of {images},' if images > 1 else ''} "
+                    f"but the DRAM0 span has {span.size:,}"
                 )
             specs.append(TensorSpec(span.name, span.base, span.size, shape, layout, pack))
         result.append(specs)
@@ -217,6 +227,10 @@ class Model:
         self.constants_memory = target
 
         self.inputs, self.outputs = tensor_specs(manifest, source)
+        ext = manifest.extension
+        self.program_batch = ext.batch if ext else 1
+        """Images one run of the program takes (``systolix compile --batch``): ``run`` groups the
+        inputs by that many, each span holding them one after another."""
         check_layer_map(manifest, len(self.program), source)
 
     @classmethod
@@ -297,7 +311,11 @@ class Model:
         without a batch axis)."""
         detail = self.run_detailed(inputs, batch=batch, **run_options)
         self._warn_if_saturated(detail)
-        return detail.outputs, detail.result.saturations_per_item.sum(axis=1)
+        per_run = detail.result.saturations_per_item.sum(axis=1)
+        images = getattr(self, "program_batch", 1)
+        if images > 1:  # a batch program's run: each input counted with the images it ran with
+            per_run = np.repeat(per_run, images)[:detail.batch]
+        return detail.outputs, per_run
 
     def _warn_if_saturated(self, detail: "ModelRun") -> None:
         sums, given = detail.result.saturation_total, detail.input_saturations
@@ -318,6 +336,7 @@ class Model:
         plain.__dict__.update(self.__dict__)
         plain.inputs = [TensorSpec(s.name, s.base, s.size) for s in self.inputs]
         plain.outputs = [TensorSpec(s.name, s.base, s.size) for s in self.outputs]
+        plain.program_batch = 1  # raw spans: a batch program's images together
         return plain.run_detailed(inputs, batch=batch, **run_options)
 
     def run_detailed(
@@ -359,12 +378,19 @@ class Model:
             raise RuntimeInputError(f"{self.source}: the inputs hold a batch of 0 items: nothing to run")
 
         dtype = self.arch.data_type
-        emulator = self._machine(engine, batch_size, threads, rtl, memory_limit)
+        # A batch program takes ``images`` inputs a run, one after another in each span: the
+        # inputs go in groups of that many (the last group padded with zeros), a group a run.
+        images = getattr(self, "program_batch", 1)
+        runs = -(-batch_size // images)
+        emulator = self._machine(engine, runs, threads, rtl, memory_limit)
         for base, consts in self.constants:
             emulator.write(self.constants_memory, base, consts)
         stats = ConversionStats()
         for spec in self.inputs:
-            emulator.write("dram0", spec.base, to_fixed(vectors[spec.name], dtype, stats, spec.name))
+            fixed = to_fixed(vectors[spec.name], dtype, stats, spec.name)
+            if images > 1:
+                fixed = _group(fixed, runs * images).reshape(runs, -1, fixed.shape[-1])
+            emulator.write("dram0", spec.base, fixed)
         result = emulator.run(self.program, source=str(self.directory / self.manifest.prog.file_name),
                               progress=progress, **run_options)
 
@@ -372,6 +398,8 @@ class Model:
         raw_outputs: dict[str, np.ndarray] = {}
         for spec in self.outputs:
             raw = emulator.read("dram0", spec.base, spec.size)
+            if images > 1:
+                raw = raw.reshape(runs * images, spec.size // images, raw.shape[-1])[:batch_size]
             raw_outputs[spec.name] = raw
             floats = from_fixed(raw, dtype)
             if spec.vectors_only:

@@ -1,0 +1,191 @@
+"""Batch programs (``systolix compile --batch B``): one program runs B images, each weight tile
+streaming all of them. Every image's raw output must be the batch-1 program's for the same
+input, bit for bit, and within the error model's bound of onnxruntime; a model exported with a
+fixed batch compiles as that batch; bad batches are one ``error:`` line and exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import systolix
+from systolix.errors import SystolixError
+from systolix.frontend import FrontendError
+from systolix.ir.lir import LoadWeights, MatMul
+from systolix.onnxrt import session
+from systolix.cli import main
+from tests.error_model import output_bounds
+from tests.onnx_builders import make_model
+
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
+
+def mixed_model(batch: int = 1) -> onnx.ModelProto:
+    """Every kind of layer a batch program runs: a packed stride-2 stem, a depthwise conv, a
+    residual add, a squeeze-excite gate (a broadcast operand), max pools, a Gemm; two outputs."""
+    rng = np.random.default_rng(7)
+    p = {
+        "w1": rng.normal(0, 0.4, (8, 3, 3, 3)).astype(np.float32), "b1": rng.normal(0, 0.1, 8).astype(np.float32),
+        "wd": rng.normal(0, 0.4, (8, 1, 3, 3)).astype(np.float32),
+        "w2": rng.normal(0, 0.3, (16, 8, 1, 1)).astype(np.float32),
+        "wg": rng.normal(0, 0.1, (144, 10)).astype(np.float32), "bg": rng.normal(0, 0.1, 10).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="stem", strides=[2, 2], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "wd"], ["dw"], name="depthwise", group=8, pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node("Add", ["dw", "r1"], ["a"], name="residual"),
+        helper.make_node("MaxPool", ["a"], ["pool"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["a"], ["gap"], name="gap"),
+        helper.make_node("Relu", ["gap"], ["gate"], name="gate"),
+        helper.make_node("Mul", ["a", "gate"], ["se"], name="excite"),
+        helper.make_node("Conv", ["se", "w2"], ["c2"], name="project", kernel_shape=[1, 1]),
+        helper.make_node("MaxPool", ["c2"], ["p2"], name="pool2", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p2"], ["f"], name="flatten", axis=1),
+        helper.make_node("Gemm", ["f", "wg", "bg"], ["y"], name="fc"),
+    ]
+    return make_model(nodes, [("x", [batch, 3, 12, 12])], [("y", [batch, 10]), ("pool", [batch, 8, 3, 3])], p)
+
+
+def inputs(n: int) -> np.ndarray:
+    return np.random.default_rng(3).uniform(-1, 1, (n, 1, 3, 12, 12)).astype(np.float32)
+
+
+def _raw(model, x):
+    return model.run_detailed({"x": x}, batch=True).raw_outputs
+
+
+@pytest.mark.parametrize("arch, strategy", [("pynqz1", "local-isolated"), ("ultra96v2", "local-vars")])
+def test_a_batch_program_gives_each_image_the_batch_1_programs_outputs(arch, strategy):
+    onnx_model = mixed_model()
+    one = systolix.compile(onnx_model, arch, strategy=strategy)
+    three = systolix.compile(onnx_model, arch, strategy=strategy, batch=3)
+    assert not three.summary.host_nodes and three.summary.batch == 3
+    x = inputs(4)  # one run of three images and one of one image (padded)
+    raw1, raw3 = _raw(one, x), _raw(three, x)
+    for name in raw1:
+        assert raw3[name].shape == raw1[name].shape == (4,) + raw1[name].shape[1:]
+        assert np.array_equal(raw1[name], raw3[name]), name
+    # ... and both within the error model's bound of onnxruntime, image by image.
+    ours = three.run({"x": x}, batch=True)
+    sess = session(onnx_model)
+    for k in range(len(x)):
+        feeds = {"x": x[k]}
+        expected = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+        for name, bound in output_bounds(onnx_model, feeds).items():
+            assert np.abs(ours[name][k] - expected[name]).max() <= bound, (k, name)
+    # The program's files say so: three images back to back in every span.
+    ext = three.manifest.extension
+    assert ext.batch == 3 and one.manifest.extension.batch == 1
+    for batch_span, one_span in zip(three.manifest.inputs + three.manifest.outputs, one.manifest.inputs + one.manifest.outputs):
+        assert batch_span.size == 3 * one_span.size
+
+
+def test_weight_tiles_are_shared_by_the_images_of_a_batch():
+    """The Gemm's weights (and the small late convs') stream every image per LoadWeights: the
+    batch-4 program loads fewer weight tiles than four batch-1 runs and multiplies 4 times the
+    vectors."""
+    onnx_model = mixed_model()
+    lirs = {}
+    for b in (1, 4):
+        compiled = systolix.compile(onnx_model, "pynqz1", batch=b)
+        lirs[b] = [ins for seg in compiled.summary.segments for ins in seg.lir.instructions]
+    loads = {b: sum(1 for i in lirs[b] if isinstance(i, LoadWeights)) for b in lirs}
+    vectors = {b: sum(i.count for i in lirs[b] if isinstance(i, MatMul)) for b in lirs}
+    assert vectors[4] == 4 * vectors[1]
+    assert loads[4] < 4 * loads[1]
+
+
+def test_a_model_exported_with_batch_2_compiles_as_a_batch_2_program(tmp_path):
+    fixed = mixed_model(batch=2)
+    compiled = systolix.compile(fixed, "pynqz1")
+    assert compiled.manifest.extension.batch == 2
+    x = inputs(2)
+    plain = systolix.compile(mixed_model(), "pynqz1")
+    for name, raw in _raw(compiled, x).items():
+        assert np.array_equal(raw, _raw(plain, x)[name]), name
+    # onnxruntime on the batch-2 model itself, both images at once.
+    expected = session(fixed).run(["y"], {"x": x[:, 0]})[0]
+    bound = max(output_bounds(mixed_model(), {"x": x[k]})["y"] for k in range(2))
+    assert np.abs(compiled.run({"x": x}, batch=True)["y"][:, 0] - expected).max() <= bound
+    with pytest.raises(FrontendError, match="batch 2 but --batch is 3"):
+        systolix.compile(fixed, "pynqz1", batch=3)
+
+
+def test_a_fixed_batch_the_model_cannot_drop_is_a_clear_error():
+    """A Reshape to a constant [2, 144] only runs at batch 2: the compile says what to do."""
+    model = mixed_model(batch=2)
+    shape = onnx.numpy_helper.from_array(np.array([2, 144], np.int64), "shape")
+    nodes = list(model.graph.node)
+    flatten = next(k for k, n in enumerate(nodes) if n.op_type == "Flatten")
+    nodes[flatten] = helper.make_node("Reshape", ["p2", "shape"], ["f"], name="reshape")
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    model.graph.initializer.append(shape)
+    with pytest.raises(FrontendError, match="does not run with a batch of 1.*--batch 2"):
+        systolix.compile(model, "pynqz1")
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1025, 2.0, True])
+def test_a_bad_batch_is_an_error(bad):
+    with pytest.raises(SystolixError, match="batch"):
+        systolix.compile(mixed_model(), "pynqz1", batch=bad)
+
+
+def _cli(capsys, *args) -> tuple[int, str, str]:
+    """``systolix ARGS`` in this process: exit status, stdout, stderr."""
+    with pytest.raises(SystemExit) as exited:
+        main([str(a) for a in args])
+    out = capsys.readouterr()
+    return exited.value.code, out.out, out.err
+
+
+def test_cli_compile_run_and_estimate_a_batch_program(tmp_path, capsys):
+    onnx_path = tmp_path / "mixed.onnx"
+    onnx.save(mixed_model(), onnx_path)
+    for bad in ("0", "x", "2000"):
+        code, _, err = _cli(capsys, "compile", onnx_path, "--arch", "pynqz1", "-o", tmp_path / "bad", "--batch", bad)
+        assert code == 2 and err.count("error:") == 1 and err.startswith("error:") and "--batch" in err, err
+        assert len(err.strip().splitlines()) == 1
+        assert not (tmp_path / "bad").exists()
+    out = tmp_path / "b2"
+    code, _, err = _cli(capsys, "compile", onnx_path, "--arch", "pynqz1", "-o", out, "--batch", "2", "-q")
+    assert code == 0, err
+    tmodel = json.loads((out / "mixed_8x8.tmodel").read_text())
+    assert tmodel["systolix"]["batch"] == 2
+    x = inputs(3)
+    np.save(tmp_path / "x.npy", x)
+    code, _, err = _cli(capsys, "run", out / "mixed_8x8.tmodel", "--input", tmp_path / "x.npy", "--batch", "-o", tmp_path / "y.npz")
+    assert code == 0, err
+    plain = systolix.compile(mixed_model(), "pynqz1")
+    y = np.load(tmp_path / "y.npz")
+    assert np.array_equal(y["y"], plain.run({"x": x}, batch=True)["y"])
+    code, stdout, err = _cli(capsys, "estimate", out / "mixed_8x8.tmodel", "--board", "pynq-z1", "--json")
+    assert code == 0, err
+    e2 = json.loads(stdout)
+    assert e2["batch"] == 2 and e2["fps"] == pytest.approx(2e3 / e2["latency_ms"])
+
+
+def test_a_batch_program_cut_by_its_constants_gives_the_whole_programs_outputs():
+    """Constants past DRAM1 cut the model into programs run in a row, each running the batch:
+    the tensors crossing the cuts hold the images one after another too."""
+    from systolix.arch import get_architecture
+
+    rng = np.random.default_rng(1)
+    weights = {f"w{k}": rng.normal(0, 0.3, (16, 16 if k else 3, 3, 3)).astype(np.float32) for k in range(3)}
+    nodes, prev = [], "x"
+    for k in range(3):
+        nodes += [helper.make_node("Conv", [prev, f"w{k}"], [f"c{k}"], pads=[1, 1, 1, 1], kernel_shape=[3, 3], name=f"conv{k}"),
+                  helper.make_node("Relu", [f"c{k}"], [f"r{k}"], name=f"relu{k}")]
+        prev = f"r{k}"
+    model = make_model(nodes, [("x", [1, 3, 6, 6])], [(prev, None)], weights)
+    whole = systolix.compile(model, "pynqz1")
+    small = get_architecture("pynqz1").model_copy(update={"dram1_depth": 400})  # each conv's 289 vectors alone
+    cut = systolix.compile(model, small, batch=2)
+    assert cut.summary.constant_cuts == 2 and cut.summary.batch == 2
+    x = rng.uniform(-1, 1, (3, 1, 3, 6, 6)).astype(np.float32)
+    assert np.array_equal(whole.run({"x": x}, batch=True)[prev], cut.run({"x": x}, batch=True)[prev])
