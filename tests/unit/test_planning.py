@@ -66,7 +66,7 @@ def test_the_constant_image_holds_the_rounded_weights_block_by_block():
     w = rng.normal(0, 0.5, (10, 3, 1, 1)).astype(np.float32)
     b = rng.normal(0, 0.5, 10).astype(np.float32)
     m = make_model([helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[1, 1])], [("x", [1, 3, 2, 2])], [("y", None)], {"w": w, "b": b})
-    plan = ir_of(m, until="place constants")
+    plan = ir_of(m, until="place constants", estimate_gains=False)  # the plain weights
     q = lambda a: np.clip(np.floor(np.asarray(a, np.float64) * 256 + 0.5), -32768, 32767)  # noqa: E731
     # Output group 0: bias vector then 8 rows (input lanes) of output lanes 0..7; group 1 likewise.
     expect = []
@@ -88,7 +88,7 @@ def test_pooling_taps_share_one_weight_block_loaded_once():
     # the bias row (one load of bias and block, stored next to each other) and writes the tile;
     # the block is loaded again without it for the 15 that add.
     m = make_model([helper.make_node("GlobalAveragePool", ["x"], ["y"])], [("x", [1, 8, 4, 4])], [("y", None)], {})
-    lir = ir_of(m, until="roll up")
+    lir = ir_of(m, until="roll up", estimate_gains=False)  # the plain weights
     shift = 2  # floor(log2(16)) - 2: the running sum stays in range
     # zero bias, one block, then the two SIMD multipliers (x 4/16 * 2^2, then x 2^-2)
     assert lir.consts.shape[0] == 1 + N + 2

@@ -121,8 +121,7 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
     if memory.batch > 1:
         # A batch program: ``t.images`` images at a time stream through each weight tile, image j
         # with its band ``t.band_size`` vectors after image j-1's and its tile ``tile`` after
-        # (plans of batch programs are never pipelined: ``systolix.planning.tiling.conv``; nor
-        # is the bias loaded with a block, as it is below).
+        # (plans of batch programs are never pipelined: ``systolix.planning.tiling.conv``).
         tile_size = t.rows * OW * t.groups
         local = None if to_local is None else (lambda a: to_local(a, 0))
         for first in range(0, memory.batch, t.images):
@@ -349,17 +348,37 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
                         loc = lambda a, first=first: w_base + (a - first)  # noqa: E731
                     else:
                         loc = to_local
+                    order, with_bias = chunk, None
                     if ci == 0:
-                        e.load_bias(loc(bias_addr))
-                        for j in range(len(images)):
-                            e.matmul(ZEROES, acc_go + j * tile_size, rows * OW, 1, accumulate=False)
+                        # The bias in the bias row of a block covering the stage's tile, as in
+                        # emit_conv: that block's MatMuls write each image's tile.
+                        covering = [jb for jb in chunk if vh[blocks[jb][1]][0] <= oh0 and vh[blocks[jb][1]][1] >= oh1
+                                    and vw[blocks[jb][2]] == (0, OW)]
+                        with_bias = covering[0] if covering and BIAS_IN_BLOCK else None
+                        if with_bias is None:
+                            e.load_bias(loc(bias_addr))
+                            for j in range(len(images)):
+                                e.matmul(ZEROES, acc_go + j * tile_size, rows * OW, 1, accumulate=False)
+                        else:
+                            order = [with_bias] + [jb for jb in chunk if jb != with_bias]
                         in_array = None  # the weights now in the array: the bias block
-                    for jb in chunk:
+                    for jb in order:
                         i, kh, kw, gi = blocks[jb]
                         h0, h1 = vh[kh]
                         w0, w1 = vw[kw]
                         r0, r1 = max(h0, oh0), min(h1, oh1)
                         if r0 >= r1 or w0 >= w1:
+                            continue
+                        if jb == with_bias:
+                            e.load_block(loc(block_addrs[jb]), loc(bias_addr))
+                            in_array = None  # its bias row makes it unlike any other block
+                            for j in range(len(images)):
+                                lbase = bands[j][(i, gi)]
+                                for oh in range(r0, r1):
+                                    ih = oh * sh + kh * dh - pt
+                                    iw = w0 * sw + kw * dw - pl
+                                    e.matmul(lbase + (ih - ih_lo) * W + iw, acc_go + j * tile_size + (oh - oh0) * OW + w0,
+                                             w1 - w0, sw, accumulate=False)
                             continue
                         # The array keeps its weights until the next LoadWeights: a block equal
                         # to the one loaded last (pooling taps) is not loaded again.
