@@ -79,6 +79,18 @@ def _valid(n_out, size, k, s, d, p0):
     return lo, max(lo, hi)
 
 
+def _bias_block(candidates: list[int], blocks, vh, vw, oh0: int, oh1: int, OW: int) -> int | None:
+    """The first of ``candidates`` (block indices) whose tap reads real input for every output of
+    rows ``oh0..oh1``: its MatMuls, loaded with the bias row, can write the whole tile."""
+    if not BIAS_IN_BLOCK:
+        return None
+    for j in candidates:
+        _, kh, kw, _ = blocks[j]
+        if vh[kh][0] <= oh0 and vh[kh][1] >= oh1 and vw[kw] == (0, OW):
+            return j
+    return None
+
+
 def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: MemoryMap, e: Emitter) -> None:
     t = plan.detail
     N = e.N
@@ -182,9 +194,7 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
             # output of the stage: that block's MatMul writes bias + products over the whole
             # tile and the others add to it, instead of a pass of zeros for the bias alone
             # (one accumulator and array clock a vector, and a weight load, saved).
-            covering = [j for j in order if vh[blocks[j][1]][0] <= oh0 and vh[blocks[j][1]][1] >= oh1
-                        and vw[blocks[j][2]] == (0, OW)]
-            with_bias = covering[0] if covering and BIAS_IN_BLOCK else None
+            with_bias = _bias_block(order, blocks, vh, vw, oh0, oh1, OW)
             if with_bias is None:
                 e.load_bias(loc(bias_addr))
                 e.matmul(ZEROES, acc_go, rows * OW, 1, accumulate=False)
@@ -352,9 +362,7 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
                     if ci == 0:
                         # The bias in the bias row of a block covering the stage's tile, as in
                         # emit_conv: that block's MatMuls write each image's tile.
-                        covering = [jb for jb in chunk if vh[blocks[jb][1]][0] <= oh0 and vh[blocks[jb][1]][1] >= oh1
-                                    and vw[blocks[jb][2]] == (0, OW)]
-                        with_bias = covering[0] if covering and BIAS_IN_BLOCK else None
+                        with_bias = _bias_block(chunk, blocks, vh, vw, oh0, oh1, OW)
                         if with_bias is None:
                             e.load_bias(loc(bias_addr))
                             for j in range(len(images)):
