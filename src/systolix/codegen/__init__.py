@@ -8,6 +8,8 @@ from systolix.codegen.emitter import Emitter
 from systolix.codegen.movement import emit_maxpool, emit_pixelmix, emit_remap, emit_shuffle
 from systolix.codegen.matmul_tensors import emit_matmul_tensors
 from systolix.ir.hir import TensorMatMulLayer
+from systolix.codegen.transpose_tokens import emit_transpose_tokens
+from systolix.ir.hir import TokenTransposeLayer
 from systolix.ir.hir import ConvLayer, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
 from systolix.ir.layout import canonical_chw
 from systolix.ir.lir import LayerRecord, LirProgram, TensorPlacement
@@ -16,6 +18,7 @@ from systolix.ir.plan import Plan
 EMITTERS = {ConvLayer: emit_conv, MaxPoolLayer: emit_maxpool, PixelMixLayer: emit_pixelmix, ShuffleLayer: emit_shuffle,
             RemapLayer: emit_remap}
 EMITTERS[TensorMatMulLayer] = emit_matmul_tensors
+EMITTERS[TokenTransposeLayer] = emit_transpose_tokens
 
 
 def _placements(plan: Plan, acts: dict, shapes: dict) -> list[TensorPlacement]:

@@ -430,3 +430,19 @@ class TensorMatMulLayer(Layer):
         if self.a_shift:
             line += f", then / 2^{self.a_shift} (Tandem unit)"
         return [line]
+
+
+@dataclass(eq=False)
+class TokenTransposeLayer(ShuffleLayer):
+    """A ``ShuffleLayer`` that swaps channels and pixels: output channel ``c`` of pixel ``p`` is
+    input channel ``p`` of pixel ``c`` (a token tensor ``[1, T, D]`` transposed to ``[1, D, T]``
+    and back; ``systolix.lowering.ops.transpose_tokens``). ``source`` says so for the passes that
+    treat it as any shuffle; the emitter (``systolix.codegen.transpose_tokens``) transposes the
+    ``N x N`` tiles with the Tandem unit's permute engine instead of moving elements through the array.
+    """
+
+    kind = "transpose"
+
+    def details(self) -> list[str]:
+        x = self.input
+        return [f"[{x.P}, {x.C}] -> [{x.C}, {x.P}]: channels and pixels swapped, N x N tiles by the Tandem unit's permute engine"]

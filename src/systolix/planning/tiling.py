@@ -25,6 +25,8 @@ from systolix.ir.plan import BANDS, PIPELINED, ROWS_THEN_GROUPS, Buffer, LayerPl
 from systolix.planning.errors import SchedulingError
 from systolix.ir.hir import TensorMatMulLayer
 from systolix.planning.matmul_tensors import matmul_tensors
+from systolix.ir.hir import TokenTransposeLayer
+from systolix.planning.transpose_tokens import transpose_tokens
 
 
 @dataclass(eq=False)
@@ -478,6 +480,7 @@ def remap(layer: RemapLayer, consts, plan: Plan, arch, consts_local: bool) -> La
 
 TILERS = {ConvLayer: conv, MaxPoolLayer: maxpool, PixelMixLayer: pixelmix, ShuffleLayer: shuffle, RemapLayer: remap}
 TILERS[TensorMatMulLayer] = matmul_tensors
+TILERS[TokenTransposeLayer] = transpose_tokens
 
 
 def tile_layers(plan: Plan, ctx) -> Plan:

@@ -14,7 +14,7 @@ from systolix.errors import SystolixError
 from systolix.ir.hir import ConvInput, ConvLayer, PixelMixLayer
 from systolix.ir.layout import canonical_chw
 from systolix.ir.postops import AddConstant
-from systolix.lowering.ops import attention
+from systolix.lowering.ops import attention, transpose_tokens
 from systolix.lowering.registry import OpHandler, handles
 
 
@@ -28,10 +28,13 @@ def _dense_reason(node, lw, a_index: int, K: int) -> str | None:
     rows = int(np.prod(r.shape[:-1], dtype=np.int64))
     if rows == 1:
         return None
-    if not r.canonical:
+    if not r.canonical and not (lw.tandem is not None and transpose_tokens.swapped(r)):
+        if transpose_tokens.swapped(r):
+            return ("a batched matrix product over a reshaped input (its token and channel axes swapped: the Tandem unit's "
+                    "permute engine lays it out, which this architecture has not)")
         return "a batched matrix product over a reshaped input"
     chw = canonical_chw(tuple(lw.shape(node.outputs[0])))
-    if chw is None or chw[1] * chw[2] != r.act.P:
+    if chw is None or chw[1] * chw[2] != lw.input_activation(node, a_index).P:
         return f"output shape {list(lw.shape(node.outputs[0]))} cannot be laid out on the accelerator"
     return None
 
@@ -53,6 +56,8 @@ def dense_layer(node, lw, a_index: int, bmat: np.ndarray, bias: np.ndarray, op: 
         layer = ConvLayer(node.name, [ConvInput(act, dense)], out, bias.astype(np.float32), (act.H, act.W), ops=[op], nodes=[node.name],
                           macs=int(K * O))
     else:
+        if not r.canonical:
+            act = transpose_tokens.materialise(node, lw, a_index)  # a token tensor transposed (checked)
         dense = bmat.T.astype(np.float32).reshape(O, K, 1, 1)
         out = lw.new_act(node.outputs[0], O, act.H, act.W)
         layer = ConvLayer(node.name, [ConvInput(act, dense)], out, bias.astype(np.float32), (1, 1), ops=[op], nodes=[node.name],
