@@ -71,7 +71,7 @@ def test_transpose_then_identity_is_exact(shape):
     perm = [0, 2, 1] if len(shape) == 3 else [1, 0]
     M = shape[-2]
     nodes = [helper.make_node("Transpose", ["x2"], ["t"], name="swap", perm=perm), helper.make_node("MatMul", ["t", "I"], ["y"], name="eye")]
-    inits = {"I": np.eye(M), "shape": np.array(shape)}
+    inits = {"I": np.eye(M), "shape": np.zeros(len(shape))}
     m = model([helper.make_node("Reshape", ["x", "shape"], ["x2"], name="as_2d")] + nodes, inits, (1,) + shape[-2:], None)
     m.graph.initializer[1].CopyFrom(numpy_helper.from_array(np.array(shape, np.int64), "shape"))
     compiled = compile_model(m, TANDEM, host=False)
@@ -103,13 +103,30 @@ def test_without_the_unit_the_product_stays_on_the_host_with_the_reason():
         compile_model(m, "ultra96v2", host=False)
 
 
-def test_estimate_counts_the_transposed_tiles(tmp_path, capsys):
-    """[1, 32, 64] transposed: 8 tiles, 2N = 32 unit clocks each."""
+def test_emulator_and_estimate_count_the_transposed_tiles(tmp_path, capsys):
+    """[1, 32, 64] transposed: one TPermute in a two-level loop (its body counted once by the
+    emulator), 8 tiles at 2N = 32 unit clocks each, six iterator settings and the loops' clocks
+    (the outer loop once, the inner once per channel group)."""
     m, _ = mixer(32, 64)
-    tmodel = compile_model(m, TANDEM, host=False).save(tmp_path)
+    compiled = compile_model(m, TANDEM, host=False)
+    result = compiled.run_detailed({"x": np.zeros((1, 32, 64), np.float32)}).result
+    assert result.instructions == compiled.summary.instructions
+    assert {k: result.counts[k] for k in ("TConfig", "TLoop", "TPermute", "TSync")} == {"TConfig": 6, "TLoop": 2, "TPermute": 1, "TSync": 2}
+    tmodel = compiled.save(tmp_path)
     with pytest.raises(SystemExit) as e:
         main(["estimate", str(tmodel), "--board", "ultra96-v2", "--json"])
     out = capsys.readouterr()
     assert e.value.code == 0, out.err
     tandem = json.loads(out.out)["units"]["tandem"]
-    assert tandem["busy_cycles"] >= 8 * 32
+    assert tandem["busy_cycles"] == 8 * 32 + 6 + 1 + 4
+
+
+def test_feature_map_read_as_tokens_is_exact():
+    """A feature map [1, C, H, W] reshaped to [1, C, HW] (channels become the rows) times the identity."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"], name="flat"), helper.make_node("MatMul", ["r", "I"], ["y"], name="eye")]
+    m = model(nodes, {"I": np.eye(36), "shape": np.zeros(3)}, (1, 20, 6, 6), None)
+    m.graph.initializer[1].CopyFrom(numpy_helper.from_array(np.array([1, 20, 36], np.int64), "shape"))
+    compiled = compile_model(m, TANDEM, host=False)
+    assert [r.ops for r in compiled.summary.layers] == [["Reshape"], ["MatMul"]]
+    x = (np.random.default_rng(3).integers(-600, 600, (1, 20, 6, 6)) / 256).astype(np.float32)
+    assert np.array_equal(np.asarray(compiled.run({"x": x})["y"]), x.reshape(1, 20, 36))
