@@ -95,10 +95,15 @@ def test_outputs_and_layers_match_numpy(report, xs):
     assert (first.ours.rms, first.ours.max) == pytest.approx(rms_max(ours_hidden, hidden), abs=2e-3)
     assert (first.limit.rms, first.limit.max) == pytest.approx(rms_max(hidden_limit, hidden), abs=2e-3)
     assert (second.ours.rms, second.ours.max) == pytest.approx(rms_max(ours_y, y), abs=2e-3)
-    # The first layer reads the model's input: alone it errs exactly as in the model.
-    assert first.added.rms == pytest.approx(first.ours.rms) and first.added_limit.rms == pytest.approx(first.limit.rms)
+    # The first layer reads the model's input. Alone it is compiled without gains (estimated from
+    # the layer alone, its ranges would start from synthetic inputs, not the model before it), so
+    # it errs as the no-gain compile of it does; the limit's rounding is the same as in the model.
+    plain_hidden = systolix.compile(model(first_only=True), "ultra96v2", estimate_gains=False).run(
+        {"x": xs}, batch=True)["hidden"]
+    assert (first.added.rms, first.added.max) == pytest.approx(rms_max(plain_hidden, hidden), abs=2e-3)
+    assert first.added_limit.rms == pytest.approx(first.limit.rms)
     # The second layer alone: compiled by itself and run on the float hidden values.
-    alone = systolix.compile(model(second_only=True), "ultra96v2").run(
+    alone = systolix.compile(model(second_only=True), "ultra96v2", estimate_gains=False).run(
         {"hidden": hidden.astype(np.float32)}, batch=True)["y"]
     assert (second.added.rms, second.added.max) == pytest.approx(rms_max(alone, y), abs=2e-3)
     alone_limit = rounded(rounded(hidden) @ W2 + B2)

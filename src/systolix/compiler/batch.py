@@ -44,7 +44,7 @@ def free_batch(model_or_path: Any, batch: int | None) -> tuple[Any, int, str | N
     """The model to compile, the batch to compile it for, and (for a relabelled model) the name
     of the original for messages.
 
-    A model whose inputs all fix a batch b above 1 compiles as a batch-b program: its inputs'
+    A model whose inputs are all images (NCHW) fixing a batch b above 1 compiles as a batch-b program: its inputs'
     and outputs' leading dimension becomes a free one (the frontend then traces it at batch 1).
     ``batch`` (``--batch``) must then be b or None. Inputs whose leading dimensions differ
     (a computed weight ``[Cout, Cin, KH, KW]`` beside an image) are not a batch: the model
@@ -54,7 +54,11 @@ def free_batch(model_or_path: Any, batch: int | None) -> tuple[Any, int, str | N
     model, source = load_onnx(model_or_path)
     fixed, leads = model_batch(model)
     above = [(n, d) for n, d in leads if d is not None and d > 1]
-    if not above or fixed is None or len(above) != len(leads):
+    inits = {t.name for t in model.graph.initializer}
+    ranks = [len(vi.type.tensor_type.shape.dim) for vi in model.graph.input if vi.name not in inits]
+    # Only images (NCHW) say which axis is the batch: the leading axis of a matrix or token tensor
+    # ([M, K], [B, T, D]) may be its rows, which the ops mix (a reduction or product over them).
+    if not above or fixed is None or len(above) != len(leads) or any(r != 4 for r in ranks):
         return model_or_path, batch or 1, None
     if batch is not None and batch != fixed:
         raise FrontendError(f"{source}: the model's inputs have batch {fixed} but --batch is {batch}; drop --batch or "
