@@ -184,7 +184,7 @@ def choose_exponents(hir: HirProgram, dtype: DataType) -> dict[int, int]:
                 if wmax <= 0:
                     continue
                 limit = exponents.get(_root(inp.act), 0) + math.floor(math.log2(dtype.max_value / 2 / wmax))
-                if e_out > limit:
+                if e_out > max(limit, 0):  # 0 is as low as an exponent goes: a limit below it is met by 0
                     limits[out] = min(limits.get(out, math.inf), limit)
                     changed = True
         if not changed:
