@@ -97,6 +97,17 @@ def _acc(name: str, base: int, size: int) -> Buffer:
     return Buffer(name, Memory.ACCUMULATORS, base, size)
 
 
+def _row_stages(OH: int, R: int, H: int, sh: int, pt: int, KH: int, dh: int) -> list[Stage]:
+    """Output rows in stages of ``R``, each with the input rows its taps read."""
+    stages = []
+    for oh0 in range(0, OH, R):
+        oh1 = min(OH, oh0 + R)
+        ih_lo = max(0, oh0 * sh - pt)
+        ih_hi = min(H, (oh1 - 1) * sh - pt + (KH - 1) * dh + 1)
+        stages.append(Stage((oh0, oh1), (ih_lo, max(ih_lo, ih_hi))))
+    return stages
+
+
 def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipeline: bool = True) -> LayerPlan:
     N = arch.array_size
     out = layer.output
@@ -189,12 +200,7 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
     band = rows_in(R) * W * (ng if diagonal else sum_gi)
     stage_base = in_base + images * band
     acc_const = arch.accumulator_depth - n_simd
-    stages = []
-    for oh0 in range(0, OH, R):
-        oh1 = min(OH, oh0 + R)
-        ih_lo = max(0, oh0 * sh - pt)
-        ih_hi = min(H, (oh1 - 1) * sh - pt + (KH - 1) * dh + 1)
-        stages.append(Stage((oh0, oh1), (ih_lo, max(ih_lo, ih_hi))))
+    stages = _row_stages(OH, R, H, sh, pt, KH, dh)
     tile = R * OW * ng
     tiles = images * tile
     weights = "in place" if consts_local else "resident" if resident else "streamed"
@@ -302,12 +308,7 @@ def _pipelined_conv(layer: ConvLayer, consts, arch, R: int, ng: int, resident: b
     acc_const = arch.accumulator_depth - n_simd
     contexts = tuple((k * half, k * half + w_size, k * half + w_size + band) for k in range(2))
     sh, pt, KH, dh = layer.stride[0], layer.pads[0], layer.kernel[0], layer.dilation[0]
-    stages = []
-    for oh0 in range(0, OH, R):
-        oh1 = min(OH, oh0 + R)
-        ih_lo = max(0, oh0 * sh - pt)
-        ih_hi = min(H, (oh1 - 1) * sh - pt + (KH - 1) * dh + 1)
-        stages.append(Stage((oh0, oh1), (ih_lo, max(ih_lo, ih_hi))))
+    stages = _row_stages(OH, R, H, sh, pt, KH, dh)
     local = []
     for k, (wb, bb, sb) in enumerate(contexts):
         local += [_buffer(f"weights {k}", wb, w_size), _buffer(f"input band {k}", bb, band), _buffer(f"staging {k}", sb, tile)]
