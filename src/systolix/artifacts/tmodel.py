@@ -87,7 +87,7 @@ class TensorPacking(BaseModel):
     ``stride`` = [SH, SW], ``pads`` = [PT, PL], ``grid`` = [GH, GW] the packed image's size."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    kind: Literal["im2col", "space_to_depth"]
+    kind: Literal["im2col", "space_to_depth", "row_window"]
     window: list[int] = Field(min_length=2, max_length=2)
     stride: list[int] = Field(min_length=2, max_length=2)
     pads: list[int] = Field(min_length=2, max_length=2)

@@ -79,16 +79,41 @@ def _valid(n_out, size, k, s, d, p0):
     return lo, max(lo, hi)
 
 
-def _bias_block(candidates: list[int], blocks, vh, vw, oh0: int, oh1: int, OW: int) -> int | None:
+def _bias_blocks(candidates: list[int], blocks, vh, vw, oh0: int, oh1: int, OW: int, phases: int) -> list[int]:
     """The first of ``candidates`` (block indices) whose tap reads real input for every output of
-    rows ``oh0..oh1``: its MatMuls, loaded with the bias row, can write the whole tile."""
+    rows ``oh0..oh1``: its MatMuls, loaded with the bias row, can write the whole tile. With
+    output phases, the first such block of each phase (each writes its phase's outputs); none
+    when a phase has none."""
     if not BIAS_IN_BLOCK:
-        return None
-    for j in candidates:
-        _, kh, kw, _ = blocks[j]
-        if vh[kh][0] <= oh0 and vh[kh][1] >= oh1 and vw[kw] == (0, OW):
-            return j
-    return None
+        return []
+    found = []
+    for phase in range(phases):
+        j = next((j for j in candidates if (phases == 1 or blocks[j][2] == phase)
+                  and vh[blocks[j][1]][0] <= oh0 and vh[blocks[j][1]][1] >= oh1 and vw[blocks[j][2]] == (0, OW)), None)
+        if j is None:
+            return []
+        found.append(j)
+    return found
+
+
+def _block_matmuls(e: Emitter, layer: ConvLayer, kh: int, kw: int, rows: range, w0: int, w1: int, oh0: int, ih_lo: int,
+                   lbase: int, acc: int, accumulate: bool = True) -> None:
+    """Tap ``(kh, kw)``'s MatMuls for output rows ``rows`` (columns ``w0..w1``): input row by
+    row from the band at ``lbase`` (row ``ih_lo`` first) into the tile at ``acc`` (row ``oh0``
+    first). With output phases ``kw`` is the phase: every packed pixel of the row, into every
+    ``phases``-th accumulator from the phase's column."""
+    W, OW = layer.inputs[0].act.W, layer.output.W
+    sh, sw = layer.stride
+    dh, dw = layer.dilation
+    pt, pl = layer.pads[0], layer.pads[1]
+    k = layer.phases
+    for oh in rows:
+        ih = oh * sh + kh * dh - pt
+        if k > 1:
+            e.matmul(lbase + (ih - ih_lo) * W, acc + (oh - oh0) * OW + kw, len(range(kw, OW, k)), 1, accumulate, k)
+            continue
+        iw = w0 * sw + kw * dw - pl
+        e.matmul(lbase + (ih - ih_lo) * W + iw, acc + (oh - oh0) * OW + w0, w1 - w0, sw, accumulate)
 
 
 def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: MemoryMap, e: Emitter) -> None:
@@ -129,7 +154,8 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
                 e.move(CONSTS + consts.simd_offset + k, in_base, n)
                 e.move(in_base, acc_const + k, n)
     vh = [_valid(OH, H, k, sh, dh, pt) for k in range(KH)]
-    vw = [_valid(OW, W, k, sw, dw, pl) for k in range(KW)]
+    # With output phases a block's kw is its phase, which reads every packed pixel of its rows.
+    vw = [(0, OW)] * layer.phases if layer.phases > 1 else [_valid(OW, W, k, sw, dw, pl) for k in range(KW)]
     if memory.batch > 1:
         # A batch program: ``t.images`` images at a time stream through each weight tile, image j
         # with its band ``t.band_size`` vectors after image j-1's and its tile ``tile`` after
@@ -188,18 +214,18 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
         blocks = per_go[go]
         bias_addr, block_addrs = offsets[go]
         order = chunks_of[go][ci]
-        with_bias = None
+        with_bias = []
         if ci == 0:
             # The bias rides in the bias row of a block whose tap reads real input for every
             # output of the stage: that block's MatMul writes bias + products over the whole
             # tile and the others add to it, instead of a pass of zeros for the bias alone
             # (one accumulator and array clock a vector, and a weight load, saved).
-            with_bias = _bias_block(order, blocks, vh, vw, oh0, oh1, OW)
-            if with_bias is None:
+            with_bias = _bias_blocks(order, blocks, vh, vw, oh0, oh1, OW, layer.phases)
+            if not with_bias:
                 e.load_bias(loc(bias_addr))
                 e.matmul(ZEROES, acc_go, rows * OW, 1, accumulate=False)
             else:
-                order = [with_bias] + [j for j in order if j != with_bias]
+                order = with_bias + [j for j in order if j not in with_bias]
             in_array = None  # the weights now in the array: the bias block
         for j in order:
             i, kh, kw, gi = blocks[j]
@@ -208,26 +234,18 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
             r0, r1 = max(h0, oh0), min(h1, oh1)
             if r0 >= r1 or w0 >= w1:
                 continue
-            if j == with_bias:
+            if j in with_bias:
                 e.load_block(loc(block_addrs[j]), loc(bias_addr))
                 in_array = None  # its bias row makes it unlike any other block
-                lbase = band[(i, gi)]
-                for oh in range(r0, r1):
-                    ih = oh * sh + kh * dh - pt
-                    iw = w0 * sw + kw * dw - pl
-                    e.matmul(lbase + (ih - ih_lo) * W + iw, acc_go + (oh - oh0) * OW + w0, w1 - w0, sw,
-                             accumulate=False)
+                _block_matmuls(e, layer, kh, kw, range(r0, r1), w0, w1, oh0, ih_lo, band[(i, gi)], acc_go,
+                               accumulate=False)
                 continue
             # The array keeps its weights until the next LoadWeights: a block equal to the one
             # loaded last (pooling taps) is not loaded again.
             if in_array is None or block_addrs[j] != block_addrs[in_array]:
                 e.load_block(loc(block_addrs[j]))
                 in_array = j
-            lbase = band[(i, gi)]
-            for oh in range(r0, r1):
-                ih = oh * sh + kh * dh - pt
-                iw = w0 * sw + kw * dw - pl
-                e.matmul(lbase + (ih - ih_lo) * W + iw, acc_go + (oh - oh0) * OW + w0, w1 - w0, sw)
+            _block_matmuls(e, layer, kh, kw, range(r0, r1), w0, w1, oh0, ih_lo, band[(i, gi)], acc_go)
         return in_array
 
     def finish_partition(stage, go0, go1, k):
@@ -303,9 +321,6 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
     t = plan.detail
     N = e.N
     out = layer.output
-    sh, sw = layer.stride
-    dh, dw = layer.dilation
-    pt, pl = layer.pads[0], layer.pads[1]
     OW = out.W
     W = layer.inputs[0].act.W
     per_go, offsets = consts.blocks, consts.addresses
@@ -358,17 +373,17 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
                         loc = lambda a, first=first: w_base + (a - first)  # noqa: E731
                     else:
                         loc = to_local
-                    order, with_bias = chunk, None
+                    order, with_bias = chunk, []
                     if ci == 0:
                         # The bias in the bias row of a block covering the stage's tile, as in
                         # emit_conv: that block's MatMuls write each image's tile.
-                        with_bias = _bias_block(chunk, blocks, vh, vw, oh0, oh1, OW)
-                        if with_bias is None:
+                        with_bias = _bias_blocks(chunk, blocks, vh, vw, oh0, oh1, OW, layer.phases)
+                        if not with_bias:
                             e.load_bias(loc(bias_addr))
                             for j in range(len(images)):
                                 e.matmul(ZEROES, acc_go + j * tile_size, rows * OW, 1, accumulate=False)
                         else:
-                            order = [with_bias] + [jb for jb in chunk if jb != with_bias]
+                            order = with_bias + [jb for jb in chunk if jb not in with_bias]
                         in_array = None  # the weights now in the array: the bias block
                     for jb in order:
                         i, kh, kw, gi = blocks[jb]
@@ -377,16 +392,12 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
                         r0, r1 = max(h0, oh0), min(h1, oh1)
                         if r0 >= r1 or w0 >= w1:
                             continue
-                        if jb == with_bias:
+                        if jb in with_bias:
                             e.load_block(loc(block_addrs[jb]), loc(bias_addr))
                             in_array = None  # its bias row makes it unlike any other block
                             for j in range(len(images)):
-                                lbase = bands[j][(i, gi)]
-                                for oh in range(r0, r1):
-                                    ih = oh * sh + kh * dh - pt
-                                    iw = w0 * sw + kw * dw - pl
-                                    e.matmul(lbase + (ih - ih_lo) * W + iw, acc_go + j * tile_size + (oh - oh0) * OW + w0,
-                                             w1 - w0, sw, accumulate=False)
+                                _block_matmuls(e, layer, kh, kw, range(r0, r1), w0, w1, oh0, ih_lo, bands[j][(i, gi)],
+                                               acc_go + j * tile_size, accumulate=False)
                             continue
                         # The array keeps its weights until the next LoadWeights: a block equal
                         # to the one loaded last (pooling taps) is not loaded again.
@@ -394,11 +405,8 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
                             e.load_block(loc(block_addrs[jb]))
                             in_array = jb
                         for j in range(len(images)):
-                            lbase = bands[j][(i, gi)]
-                            for oh in range(r0, r1):
-                                ih = oh * sh + kh * dh - pt
-                                iw = w0 * sw + kw * dw - pl
-                                e.matmul(lbase + (ih - ih_lo) * W + iw, acc_go + j * tile_size + (oh - oh0) * OW + w0, w1 - w0, sw)
+                            _block_matmuls(e, layer, kh, kw, range(r0, r1), w0, w1, oh0, ih_lo, bands[j][(i, gi)],
+                                           acc_go + j * tile_size)
             for j, memory in enumerate(images):
                 acc = ACCUMULATORS + j * tile_size
                 base, gs, hs, ws = memory.strides(out)

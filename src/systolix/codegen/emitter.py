@@ -84,20 +84,22 @@ class Emitter:
         """``move_rows`` from local memory out to DRAM."""
         self.move_rows(local, far, rows, width, row_stride, pixel_stride, False)
 
-    def matmul(self, local: int, acc: int, count: int, local_stride: int = 1, accumulate: bool = True) -> None:
-        """``count`` vectors from ``local`` (``ZEROES``: zeros) through the array into ``acc``."""
+    def matmul(self, local: int, acc: int, count: int, local_stride: int = 1, accumulate: bool = True,
+               acc_stride: int = 1) -> None:
+        """``count`` vectors from ``local`` (``ZEROES``: zeros) through the array into ``acc``
+        (every ``acc_stride``-th accumulator)."""
         if count <= 0:
             return
-        if count > 1 and not self.ok_local(local_stride):
+        if count > 1 and not (self.ok_local(local_stride) and self.ok_far(acc_stride)):
             for k in range(count):
-                self.out.append(MatMul(local + k * local_stride, acc + k, 1, 1, 1, accumulate))
+                self.out.append(MatMul(local + k * local_stride, acc + k * acc_stride, 1, 1, 1, accumulate))
             return
         if count == 1:
-            local_stride = 1
+            local_stride = acc_stride = 1
         k = 0
         while k < count:
             n = min(self.max_count, count - k)
-            self.out.append(MatMul(local + k * local_stride, acc + k, n, local_stride, 1, accumulate))
+            self.out.append(MatMul(local + k * local_stride, acc + k * acc_stride, n, local_stride, acc_stride, accumulate))
             k += n
 
     def load_block(self, local: int, bias: int | None = None) -> None:

@@ -10,14 +10,21 @@ no dilation) and C < N, the driver may pack it while converting it to fixed poin
   takes a quarter of the vectors and its conv becomes a stride-1 conv of ceil((K - P)/S)-ish
   taps over the blocks;
 * ``im2col``: each output pixel's KH*KW*C window values in ceil(KH*KW*C/N) vectors, the conv a
-  1x1 layer (fewest MatMuls, but the host writes every overlapping value again).
+  1x1 layer (fewest MatMuls, but the host writes every overlapping value again);
+* ``row_window``: ``k`` consecutive output pixels of a row share one vector holding their
+  windows' columns (``(k - 1)*SW + KW`` pixels of one input row, all channels); the conv becomes
+  KH x 1 over the packed grid with ``k`` output phases (``ConvLayer.phases``): phase i's
+  weights pick the lanes of output pixel ``k*x + i``'s window and its MatMuls write every k-th
+  accumulator (Tensil's accumulator stride, a power of two: so is ``k``). The host writes
+  about 1/k of the plain layout's vectors and overlaps only ``KW - SW`` pixels a vector.
 
 The choice minimises, under the latency model's terms, host scalars written x the fitted host
 cost per scalar + MatMul vectors x one clock (at ``PACK_CLOCK_MHZ``); the plain layout wins ties.
 With the fitted 23 ns a scalar, what the host writes dominates: on 8 to 16 lanes a stride-2 stem
 packs by space-to-depth and a stride-1 stem stays plain (im2col would write 2 to 4 times more);
 on 32 lanes a 3x3x3 window fits one vector, so im2col writes as much as the plain layout in a
-ninth of the MatMuls.
+ninth of the MatMuls. Row windows write fewer scalars than either where they fit (a 3x3 stride-1
+stem on 3 channels: k = 2 on 12 to 16 lanes, 8 on 32; none on 8).
 
 The weights are rearranged, not changed: every product of the plain conv (the same rounded
 weight times the same input value) is made again, plus products with zero weights or zero
@@ -51,11 +58,13 @@ class Packing:
     kernel: tuple[int, int]
     stride: tuple[int, int]
     pads: tuple[int, int, int, int]
+    phases: int = 1
 
     def cost_ns(self, cout: int, out_pixels: int, n: int) -> float:
         """Host writes plus MatMul vectors (one clock each), in nanoseconds."""
         groups = -(-self.channels // n)
         host = self.grid[0] * self.grid[1] * groups * n * FITTED_HOST_NS_PER_SCALAR
+        # One MatMul vector an output pixel a tap (with phases: each pixel's phase's KH taps).
         matmuls = out_pixels * self.kernel[0] * self.kernel[1] * groups * -(-cout // n)
         return host + matmuls * 1e3 / PACK_CLOCK_MHZ
 
@@ -102,10 +111,47 @@ def _space_to_depth(layer: ConvLayer, act: Activation) -> Packing | None:
     return Packing(pack, act.C * sh * sw, (gh, gw), packed, packed.shape[2:], (1, 1), (-dh0, -dw0, bottom, right))
 
 
-def packing_for(layer: ConvLayer, act: Activation) -> Packing:
-    """The cheapest packing of ``act`` for ``layer`` (the plain layout on ties)."""
+def _row_window(layer: ConvLayer, act: Activation, k: int) -> Packing | None:
+    """``k`` output pixels of a row a vector: packed pixel (y, x) holds input row y's pixels
+    ``k*SW*x - PL ..`` (``(k - 1)*SW + KW`` of them), lane ``c*BW + j`` pixel j's channel c.
+    Output pixel ``k*x + i`` (phase i) reads pixels ``i*SW .. i*SW + KW - 1`` of it."""
+    (kh, kw), (sh, sw), out = layer.kernel, layer.stride, layer.output
+    bw = (k - 1) * sw + kw
+    if act.C * bw > act.N or k > out.W:
+        return None
+    w = layer.inputs[0].weights
+    gw = -(-out.W // k)
+    packed = np.zeros((w.shape[0], act.C * bw, kh, k), w.dtype)
+    for i in range(k):
+        for j in range(kw):
+            for c in range(act.C):
+                packed[:, c * bw + i * sw + j, :, i] = w[:, c, :, j]
+    pack = {"kind": "row_window", "window": [1, bw], "stride": [1, k * sw], "pads": [0, layer.pads[1]],
+            "grid": [act.H, gw]}
+    pads = (layer.pads[0], 0, layer.pads[2], 0)
+    return Packing(pack, act.C * bw, (act.H, gw), packed, (kh, 1), (sh, 1), pads, k)
+
+
+def _row_windows(layer: ConvLayer, act: Activation, max_phases: int) -> list[Packing]:
+    """Row windows of every power of two k from 2 that fits a vector (and the accumulator
+    stride, at most ``max_phases``)."""
+    found = []
+    k = 2
+    while k <= max_phases:
+        choice = _row_window(layer, act, k)
+        if choice is None:
+            break
+        found.append(choice)
+        k *= 2
+    return found
+
+
+def packing_for(layer: ConvLayer, act: Activation, max_phases: int = 128) -> Packing:
+    """The cheapest packing of ``act`` for ``layer`` (the plain layout on ties); row windows of at
+    most ``max_phases`` phases (the largest accumulator stride; 0: none)."""
     out = layer.output
-    candidates = [c for c in (_plain(layer, act), _space_to_depth(layer, act), _im2col(layer, act)) if c is not None]
+    candidates = [c for c in (_plain(layer, act), _space_to_depth(layer, act), _im2col(layer, act),
+                              *_row_windows(layer, act, max_phases)) if c is not None]
     return min(candidates, key=lambda c: c.cost_ns(out.C, out.H * out.W, act.N))
 
 
@@ -135,12 +181,14 @@ def pack_inputs(hir: HirProgram, ctx=None) -> HirProgram:
     if ctx is not None and not getattr(ctx, "pack_inputs", True):
         return hir
     layers, inputs, packs = list(hir.layers), dict(hir.inputs), dict(hir.packs)
+    # A phase's MatMuls write every k-th accumulator: k is at most the largest stride encoded.
+    max_phases = 1 << (ctx.arch.stride1_depth - 1) if ctx is not None else 128
     for name in hir.inputs:
         layer = packable(hir, name)
         if layer is None:
             continue
         act = hir.inputs[name]
-        choice = packing_for(layer, act)
+        choice = packing_for(layer, act, max_phases)
         if choice.pack is None:
             continue
         packed = Activation(act.name, choice.channels, choice.grid[0], choice.grid[1], act.N, order="pixel")
@@ -148,7 +196,7 @@ def pack_inputs(hir: HirProgram, ctx=None) -> HirProgram:
         packs[name] = choice.pack
         layers[layers.index(layer)] = dataclasses.replace(
             layer, inputs=[ConvInput(packed, weights=choice.weights.astype(np.float32))], kernel=tuple(choice.kernel),
-            stride=choice.stride, pads=choice.pads)
+            stride=choice.stride, pads=choice.pads, phases=choice.phases)
     if not packs:
         return hir
     return dataclasses.replace(hir, layers=layers, inputs=inputs, packs=packs)

@@ -97,6 +97,8 @@ def _conv(ev: Evaluation, layer: ConvLayer, index: int) -> np.ndarray:
     # partial sums too (an add saturates, so a partial sum out of range is lost).
     acc = np.repeat(np.asarray(layer.bias, np.float64)[:, None], out.H * out.W, axis=1)
     peak = np.abs(acc[:, 0]) if acc.size else np.zeros(out.C)
+    if layer.phases > 1:
+        return _phased_conv(ev, layer, index, acc, peak)
     for inp in layer.inputs:
         x = ev.read(inp.act)
         for kh, kw, window in taps(x, out.H, out.W, layer.kernel, layer.stride, layer.dilation, layer.pads, 0.0):
@@ -112,7 +114,30 @@ def _conv(ev: Evaluation, layer: ConvLayer, index: int) -> np.ndarray:
                 acc += inp.weights[:, c0:c1, kh, kw].astype(np.float64) @ window[c0:c1]
                 if acc.size:
                     peak = np.maximum(peak, np.max(np.abs(acc), axis=1))
+    return _post_ops(ev, layer, index, acc.reshape(out.C, out.H, out.W), peak)
+
+
+def _phased_conv(ev: Evaluation, layer: ConvLayer, index: int, acc: np.ndarray, peak: np.ndarray) -> np.ndarray:
+    """A conv with output phases (``ConvLayer.phases``): phase i's taps over the input's pixels
+    give output columns i, i + phases, ..., tap by tap as the array accumulates."""
+    out, k = layer.output, layer.phases
     acc = acc.reshape(out.C, out.H, out.W)
+    for inp in layer.inputs:
+        x = ev.read(inp.act)
+        for kh, _, window in taps(x, out.H, x.shape[2], layer.kernel, layer.stride, layer.dilation, layer.pads, 0.0):
+            for i in range(k):
+                cols = len(range(i, out.W, k))
+                for c0 in range(0, x.shape[0], inp.act.N):
+                    c1 = min(x.shape[0], c0 + inp.act.N)
+                    acc[:, :, i::k] += np.einsum("oc,chw->ohw", inp.weights[:, c0:c1, kh, i].astype(np.float64),
+                                                 window[c0:c1, :, :cols])
+                    if acc.size:
+                        peak = np.maximum(peak, np.max(np.abs(acc), axis=(1, 2)))
+    return _post_ops(ev, layer, index, acc, peak)
+
+
+def _post_ops(ev: Evaluation, layer: ConvLayer, index: int, acc: np.ndarray, peak: np.ndarray) -> np.ndarray:
+    out = layer.output
     for k, p in enumerate(layer.post_ops):
         acc = p.evaluate(acc, ev.read)
         if k < layer.scaling_ops and acc.size:

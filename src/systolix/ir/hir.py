@@ -176,6 +176,11 @@ class ConvLayer(Layer):
     open: bool = True
     foldable: bool = False
     statistics: tuple[np.ndarray, np.ndarray] | None = None
+    phases: int = 1
+    """Output phases (a row-window packed input, ``systolix.hir_passes.pack_inputs``): input
+    pixel ``(y, x)`` makes output pixels ``(y', phases*x + i)``, one a phase, each with its own
+    weights: the kernel is KH x 1 and the dense weights' last axis is the phase
+    (``weights[:, :, kh, i]``)."""
 
     kind = "conv"
 
@@ -196,6 +201,8 @@ class ConvLayer(Layer):
             geometry += f", dilation {self.dilation[0]}x{self.dilation[1]}"
         if any(self.pads):
             geometry += f", pads {'/'.join(map(str, self.pads))} (top/left/bottom/right)"
+        if self.phases > 1:
+            geometry += f", {self.phases} output phases (output x = {self.phases}*x + phase)"
         if not self.open:
             geometry += ", closed"
         if self.foldable:

@@ -59,7 +59,8 @@ def conv_blocks(layer: ConvLayer, b: ImageBuilder):
     N = b.N
     out = layer.output
     Go = out.G
-    KH, KW = layer.kernel
+    # With output phases the weights' last axis is the phase: a block's ``kw`` is its phase.
+    KH, KW = layer.kernel[0], layer.kernel[1] * layer.phases
     per_go: list[list[tuple[int, int, int, int, np.ndarray]]] = [[] for _ in range(Go)]
     for i, inp in enumerate(layer.inputs):
         Gi = inp.act.G
@@ -90,10 +91,20 @@ def conv_blocks(layer: ConvLayer, b: ImageBuilder):
 
     def covers(i: int, kh: int, kw: int) -> bool:
         H, W = layer.inputs[i].act.H, layer.inputs[i].act.W
-        return (kh * dh >= pt and (out.H - 1) * sh + kh * dh - pt <= H - 1
-                and kw * dw >= pl and (out.W - 1) * sw + kw * dw - pl <= W - 1)
+        rows = kh * dh >= pt and (out.H - 1) * sh + kh * dh - pt <= H - 1
+        if layer.phases > 1:
+            return rows  # a phase's block reads every packed pixel of its rows
+        return rows and kw * dw >= pl and (out.W - 1) * sw + kw * dw - pl <= W - 1
 
     for go, blocks in enumerate(per_go):
+        if layer.phases > 1:
+            # One covering block a phase, phase by phase: each writes its phase's outputs.
+            firsts = [next((j for j, blk in enumerate(blocks) if blk[2] == i and covers(*blk[:3])), None)
+                      for i in range(layer.phases)]
+            if None not in firsts:
+                front = [blocks[j] for j in firsts]
+                blocks[:] = front + [blk for j, blk in enumerate(blocks) if j not in firsts]
+            continue
         j = next((j for j, blk in enumerate(blocks) if covers(*blk[:3])), None)
         if j:
             blocks.insert(0, blocks.pop(j))
