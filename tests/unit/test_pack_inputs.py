@@ -1,5 +1,5 @@
 """Packed inputs (``systolix.hir_passes.pack_inputs``): a few-channel stem's input packed by the
-driver (space-to-depth or im2col), its conv's weights rearranged to match.
+driver (space-to-depth, im2col or row windows), its conv's weights rearranged to match.
 
 The packing function is checked against its definition written as loops; packed compiles of
 stem convs against onnxruntime within the FP16BP8 bound of ``tests/error_model.py`` and against
@@ -50,6 +50,8 @@ def pack_by_definition(x: np.ndarray, pack: dict) -> np.ndarray:
     {"kind": "im2col", "window": [7, 5], "stride": [2, 1], "pads": [3, 2], "grid": [4, 5]},
     {"kind": "space_to_depth", "window": [2, 2], "stride": [2, 2], "pads": [0, 0], "grid": [4, 3]},
     {"kind": "space_to_depth", "window": [3, 2], "stride": [3, 2], "pads": [0, 0], "grid": [3, 2]},
+    {"kind": "row_window", "window": [1, 10], "stride": [1, 8], "pads": [0, 1], "grid": [7, 1]},
+    {"kind": "row_window", "window": [1, 4], "stride": [1, 2], "pads": [0, 1], "grid": [7, 3]},
 ])
 def test_pack_input_is_its_definition(pack):
     x = np.random.default_rng(0).normal(size=(1, 3, 7, 5)).astype(np.float32)
@@ -75,10 +77,12 @@ def stem(k, s, p, cout=20, h=13, w=11, seed=0, second_reader=False):
 
 # (kernel, stride, pad, architecture, the packing the cost model picks)
 CASES = {
-    "3x3_s1_ultra96v2": (3, 1, 1, "ultra96v2", None),  # im2col would write twice the scalars
-    "3x3_s1_zcu104": (3, 1, 1, "zcu104", "im2col"),  # 27 values fit one 32-lane vector
-    "3x3_s2_ultra96v2": (3, 2, 1, "ultra96v2", "space_to_depth"),
-    "3x3_s2_zcu104": (3, 2, 1, "zcu104", "im2col"),
+    "3x3_s1_pynqz1": (3, 1, 1, "pynqz1", None),  # 8 lanes: no row window fits, im2col writes more
+    "3x3_s1_ultra96v2": (3, 1, 1, "ultra96v2", "row_window"),  # 2 pixels a vector (12 of 16 lanes)
+    "3x3_s1_zcu104": (3, 1, 1, "zcu104", "row_window"),  # 8 pixels a vector (30 of 32 lanes)
+    "5x5_s1_p2_zcu104": (5, 1, 2, "zcu104", "row_window"),  # 4 pixels a vector, 11 not a multiple
+    "3x3_s2_ultra96v2": (3, 2, 1, "ultra96v2", "row_window"),
+    "3x3_s3_p1_zcu104": (3, 3, 1, "zcu104", "im2col"),  # one vector a 3x3 block, one MatMul
     "7x7_s2_p3_ultra96v2": (7, 2, 3, "ultra96v2", "space_to_depth"),  # ResNet-50's stem
     "6x6_s2_p2_pynqz1": (6, 2, 2, "pynqz1", "space_to_depth"),  # YOLOv5's stem, 12 lanes
 }
@@ -95,7 +99,7 @@ def test_packed_stem_matches_onnxruntime_and_the_plain_compile(case):
     entry = packed.manifest.extension.inputs[0]
     assert (entry.pack.kind if entry.pack else None) == kind
     assert plain.manifest.extension.inputs[0].pack is None
-    if kind is not None and s == 2:
+    if kind is not None:
         assert packed.manifest.inputs[0].size < plain.manifest.inputs[0].size  # fewer vectors for the host to write
     expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     run, base = packed.run_detailed(feeds), plain.run_detailed(feeds)
@@ -121,7 +125,8 @@ def test_a_packed_input_runs_batched_and_fewer_matmuls_run():
 
 
 @pytest.mark.needs_onnxruntime
-@pytest.mark.parametrize("k, s, p, arch", [(7, 2, 3, "ultra96v2"), (3, 1, 1, "zcu104"), (6, 2, 2, "pynqz1")])
+@pytest.mark.parametrize("k, s, p, arch", [(7, 2, 3, "ultra96v2"), (3, 1, 1, "zcu104"), (6, 2, 2, "pynqz1"),
+                                         (3, 3, 1, "zcu104"), (3, 2, 1, "ultra96v2")])
 def test_the_packed_hir_is_exact_in_float(k, s, p, arch):
     """The packed input and the rearranged weights, evaluated in float, are onnxruntime's result."""
     model, feeds = stem(k, s, p)
@@ -186,3 +191,32 @@ def test_the_estimates_host_scalars_are_what_the_driver_writes(tmp_path):
     read = loaded.run_detailed(feeds).raw_outputs["y"].size
     assert written == 7 * 6 * 16  # 12 packed channels: one 16-lane vector per 2x2 block
     assert estimate(path, get_board("ultra96-v2")).io_scalars == written + read
+
+
+@pytest.mark.needs_emulator
+def test_a_row_window_stem_writes_every_kth_accumulator_and_runs_as_a_batch_program():
+    """ResNet-20's stem shape on 32 lanes, 3x16x16: 8 output pixels a vector, so the host writes
+    16 x 2 vectors instead of 256; phase i's MatMuls write accumulators i, i + 8, ... (stride 8);
+    a batch-2 program gives each image the single-image program's raw outputs."""
+    model, feeds = stem(3, 1, 1, cout=16, h=16, w=16)
+    packed = compile_model(model, "zcu104", host=False)
+    assert packed.manifest.extension.inputs[0].pack.model_dump() == {
+        "kind": "row_window", "window": [1, 10], "stride": [1, 8], "pads": [0, 1], "grid": [16, 2]}
+    assert packed.manifest.inputs[0].size == 16 * 2
+    program = packed.program
+    strided = (program.opcode == 1) & (program.stride1 == 3)  # MatMul, accumulator stride 2**3
+    assert strided.any()
+    hir = ir_of(model, "zcu104", until="pack inputs")
+    assert "8 output phases" in hir.text()
+    other = {"x": -feeds["x"]}
+    batch = compile_model(model, "zcu104", host=False, batch=2)
+    got = batch.run_detailed({"x": np.concatenate([feeds["x"], other["x"]])[:, None]}).raw_outputs["y"]
+    np.testing.assert_array_equal(got[0], packed.run_detailed(feeds).raw_outputs["y"][0])
+    np.testing.assert_array_equal(got[1], packed.run_detailed(other).raw_outputs["y"][0])
+
+
+def test_no_pack_input_keeps_the_plain_layout_for_a_row_window_stem():
+    model, _ = stem(3, 1, 1)
+    assert list(ir_of(model, "zcu104", until="pack inputs").packs) == ["x"]
+    hir = ir_of(model, "zcu104", until="pack inputs", pack_inputs=False)
+    assert not hir.packs and all(getattr(layer, "phases", 1) == 1 for layer in hir.layers)
