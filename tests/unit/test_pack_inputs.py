@@ -182,15 +182,20 @@ def test_the_pack_field_round_trips_and_bad_values_are_refused(tmp_path):
 
 
 @pytest.mark.needs_emulator
-def test_the_estimates_host_scalars_are_what_the_driver_writes(tmp_path):
-    model, feeds = stem(7, 2, 3)
-    path = compile_model(model, "ultra96v2", host=False).save(tmp_path)
+@pytest.mark.parametrize("k, s, p, arch, board, vectors", [
+    (7, 2, 3, "ultra96v2", "ultra96-v2", 7 * 6),  # 12 packed channels: one 16-lane vector per 2x2 block
+    (3, 1, 1, "zcu104", "zcu104", 13 * 2),  # row windows: 8 pixels of 11 a vector, 13 rows
+])
+def test_the_estimates_host_scalars_are_what_the_driver_writes(tmp_path, k, s, p, arch, board, vectors):
+    model, feeds = stem(k, s, p)
+    path = compile_model(model, arch, host=False).save(tmp_path)
     loaded = systolix.load(path)
     spec = loaded.inputs[0]
-    written = tensor_to_vectors(pack_input(feeds["x"], spec.pack), spec.layout, 16).size
+    n = loaded.arch.array_size
+    written = tensor_to_vectors(pack_input(feeds["x"], spec.pack), spec.layout, n).size
     read = loaded.run_detailed(feeds).raw_outputs["y"].size
-    assert written == 7 * 6 * 16  # 12 packed channels: one 16-lane vector per 2x2 block
-    assert estimate(path, get_board("ultra96-v2")).io_scalars == written + read
+    assert written == vectors * n
+    assert estimate(path, get_board(board)).io_scalars == written + read
 
 
 @pytest.mark.needs_emulator
