@@ -130,7 +130,7 @@ def compile_command(
                                              "synthetic inputs); on by default, --no-estimate-gains for plain weights."),
     no_pack_input: bool = typer.Option(False, "--no-pack-input",
                                        help="Keep every input in the plain layout (by default a few-channel input read by one "
-                                            "conv is packed for it: space-to-depth or im2col, docs/tmodel-extension.md)."),
+                                            "conv is packed for it: space-to-depth, im2col or row windows, docs/tmodel-extension.md)."),
     batch: int = typer.Option(None, "--batch", "-b", min=1, max=1024,
                               help="Images one program runs (1 to 1024): each weight tile loaded into the array streams every "
                                    "image (default 1, or the batch the model's inputs fix). The inputs and outputs hold the "

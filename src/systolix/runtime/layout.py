@@ -103,7 +103,8 @@ def pack_input(array: np.ndarray, pack: dict[str, Any]) -> np.ndarray:
         packed[0, (c*BH + i)*BW + j, y, x] = input[0, c, y*SH + i - PT, x*SW + j - PL]
 
     (zero where the index falls outside the input). ``im2col`` makes one packed pixel of a
-    kernel window (the conv becomes 1x1), ``space_to_depth`` of a ``stride x stride`` block.
+    kernel window (the conv becomes 1x1), ``space_to_depth`` of a ``stride x stride`` block,
+    ``row_window`` of the columns k output pixels of a row read (the conv gets k output phases).
     """
     a = np.asarray(array)
     (bh, bw), (sh, sw), (pt, pl), (gh, gw) = (tuple(int(v) for v in pack[k]) for k in ("window", "stride", "pads", "grid"))
