@@ -35,8 +35,9 @@ def test_the_manifest_records_the_batch_and_spans_of_two_images(batch_2):
     assert model.program_batch == 2
     (span,) = manifest["inputs"]
     entry = manifest["systolix"]["inputs"][0]
-    # One image of [1, 1, 8, 8] is 64 pixels of one vector each on 8 lanes; two images, 128.
-    assert entry["shape"] == [1, 1, 8, 8] and span["size"] == 2 * 64
+    # One image of [1, 1, 8, 8], packed by row windows (4 pixels of a row a vector: 6 of 8 lanes,
+    # ``systolix.hir_passes.pack_inputs``), is 8 x 2 vectors; two images, 32.
+    assert entry["shape"] == [1, 1, 8, 8] and entry["pack"]["grid"] == [8, 2] and span["size"] == 2 * 16
 
 
 @pytest.mark.parametrize("bad", [0, -2, 1025, "2", 2.0, None])
@@ -52,5 +53,5 @@ def test_spans_that_do_not_hold_the_batch_are_an_error(batch_2, tmp_path):
     path, manifest = batch_2
     changed = json.loads(json.dumps(manifest))
     changed["systolix"]["batch"] = 3
-    with pytest.raises(ArtifactError, match="batch of 3.*DRAM0 span has 128"):
+    with pytest.raises(ArtifactError, match="batch of 3.*DRAM0 span has 32"):
         systolix.load(_with(path, changed, tmp_path))

@@ -66,7 +66,7 @@ def test_the_constant_image_holds_the_rounded_weights_block_by_block():
     w = rng.normal(0, 0.5, (10, 3, 1, 1)).astype(np.float32)
     b = rng.normal(0, 0.5, 10).astype(np.float32)
     m = make_model([helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[1, 1])], [("x", [1, 3, 2, 2])], [("y", None)], {"w": w, "b": b})
-    plan = ir_of(m, until="place constants", estimate_gains=False)  # the plain weights
+    plan = ir_of(m, until="place constants", estimate_gains=False, pack_inputs=False)  # the plain weights and layout
     q = lambda a: np.clip(np.floor(np.asarray(a, np.float64) * 256 + 0.5), -32768, 32767)  # noqa: E731
     # Output group 0: bias vector then 8 rows (input lanes) of output lanes 0..7; group 1 likewise.
     expect = []
