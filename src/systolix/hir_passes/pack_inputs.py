@@ -20,11 +20,12 @@ no dilation) and C < N, the driver may pack it while converting it to fixed poin
 
 The choice minimises, under the latency model's terms, host scalars written x the fitted host
 cost per scalar + MatMul vectors x one clock (at ``PACK_CLOCK_MHZ``); the plain layout wins ties.
-With the fitted 23 ns a scalar, what the host writes dominates: on 8 to 16 lanes a stride-2 stem
-packs by space-to-depth and a stride-1 stem stays plain (im2col would write 2 to 4 times more);
-on 32 lanes a 3x3x3 window fits one vector, so im2col writes as much as the plain layout in a
-ninth of the MatMuls. Row windows write fewer scalars than either where they fit (a 3x3 stride-1
-stem on 3 channels: k = 2 on 12 to 16 lanes, 8 on 32; none on 8).
+With the fitted 23 ns a scalar, what the host writes dominates. Row windows write the fewest
+scalars where they fit (a 3x3 stride-1 stem on 3 channels: k = 2 on 12 to 16 lanes, 8 on 32;
+a stride-2 one ties with space-to-depth and takes fewer MatMuls); on 8 lanes a stride-2 stem
+packs by space-to-depth and a stride-1 3x3 stem on 3 channels stays plain (im2col would write 3
+times more); im2col wins where the stride is at least the kernel's height (a 3x3 stride-3 stem
+on 32 lanes: one vector a block and one MatMul).
 
 The weights are rearranged, not changed: every product of the plain conv (the same rounded
 weight times the same input value) is made again, plus products with zero weights or zero
