@@ -24,8 +24,8 @@ With the fitted 23 ns a scalar, what the host writes dominates. Row windows writ
 scalars where they fit (a 3x3 stride-1 stem on 3 channels: k = 2 on 12 to 16 lanes, 8 on 32;
 a stride-2 one ties with space-to-depth and takes fewer MatMuls); on 8 lanes a stride-2 stem
 packs by space-to-depth and a stride-1 3x3 stem on 3 channels stays plain (im2col would write 3
-times more); im2col wins where the stride is at least the kernel's height (a 3x3 stride-3 stem
-on 32 lanes: one vector a block and one MatMul).
+times more); im2col can still win at a large stride (a 3x3 stride-3 stem on 32 lanes: one
+vector and one MatMul an output pixel, where row windows write every input row).
 
 The weights are rearranged, not changed: every product of the plain conv (the same rounded
 weight times the same input value) is made again, plus products with zero weights or zero
