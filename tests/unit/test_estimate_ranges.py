@@ -138,3 +138,22 @@ def test_runs_side_by_side_compute_what_single_runs_do(name):
         if isinstance(layer, ConvLayer):
             peak = np.max([ev.accumulator_max[index] for ev in singles], axis=0)
             np.testing.assert_allclose(runs.accumulator_max[index], peak, rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_a_later_batch_norm_narrower_than_its_inputs_through_the_weights_keeps_the_wider_range():
+    # The first batch norm sets its layer's range (it corrects the synthetic inputs); the second
+    # claims a spread of 0.1 where its inputs (spread 1 by the first's statistics) give about
+    # 4 * sqrt(3) through its weights: statistics not fitted to these weights, not trusted.
+    x = Activation("x", 3, 4, 4, 8)
+    h = Activation("h", 3, 4, 4, 8)
+    y = Activation("y", 2, 4, 4, 8)
+    eye = np.eye(3, dtype=np.float32)[:, :, None, None]
+    first = ConvLayer("first", [ConvInput(x, weights=eye)], h, np.zeros(3, np.float32), (1, 1), post_ops=[Relu()],
+                      statistics=(np.zeros(3, np.float32), np.ones(3, np.float32)))
+    narrow = (np.zeros(2, np.float32), np.full(2, 0.1, np.float32))
+    second = ConvLayer("second", [ConvInput(h, weights=np.full((2, 3, 1, 1), 4.0, np.float32))], y, np.zeros(2, np.float32),
+                       (1, 1), statistics=narrow)
+    hir = HirProgram("m", 8, [first, second], {"x": x}, {"y": y}, {"x": (1, 3, 4, 4)}, {"y": (1, 2, 4, 4)})
+    ranges = estimate_ranges(hir, CompileContext(ARCH)).ranges
+    np.testing.assert_allclose(ranges[0].peak, SIGMAS * 1.0)  # the first batch norm's own statistics
+    assert np.all(ranges[1].peak > 10 * SIGMAS * 0.1), ranges[1].peak  # not the second's

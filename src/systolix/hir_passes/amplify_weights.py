@@ -91,15 +91,16 @@ def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.nda
             if bound > 0:
                 gains[c] = min(gains[c], math.floor(math.log2(room / bound)))
     gains = np.clip(gains, 0, top)
-    if layer.scaling_ops and seen.largest is not None:
-        # An average pool whose samples come near saturating it (a mean of about 16 and more)
-        # gets a negative gain, as far as keeps their own sums LAYER_HEADROOM below the limit:
-        # below 0 every step costs the sum a bit of precision, so the wider headroom of the
-        # positive gains is not taken. Its weights stay exact (at least 2^-bp) and the undo
-        # 2^-k representable.
+    # An estimated range carries its margins already; a measured one gets LAYER_HEADROOM.
+    reach = seen.peak if seen.estimated else None if seen.largest is None else seen.largest * LAYER_HEADROOM
+    if layer.scaling_ops and reach is not None:
+        # An average pool whose sums come near saturating it (a mean of about 16 and more)
+        # gets a negative gain, as far as keeps its sums below the limit: below 0 every step
+        # costs the sum a bit of precision, so the wider headroom of the positive gains is not
+        # taken. Its weights stay exact (at least 2^-bp) and the undo 2^-k representable.
         smallest = min(float(np.min(np.abs(inp.coefficients))) for inp in layer.inputs)
         lowest = max(math.ceil(math.log2(2.0 ** -top / smallest)), -math.floor(math.log2(dtype.max_value)))
-        needed = seen.largest * LAYER_HEADROOM
+        needed = reach
         for c in np.flatnonzero(needed > dtype.max_value):
             gains[c] = max(lowest, math.floor(math.log2(dtype.max_value / float(needed[c]))))
     return gains
