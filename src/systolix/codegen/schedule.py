@@ -84,6 +84,15 @@ def _cost(ins) -> int:
     return 0
 
 
+def _is_save(ins) -> bool:
+    return type(ins) is Move and (ins.source >> TAG_SHIFT) == _LOCAL and (ins.target >> TAG_SHIFT) in _DRAM
+
+
+def _overlaps(a, b) -> bool:
+    """Two footprints conflict: a range one writes meets a range the other touches."""
+    return any(m == n and lo < hi2 and lo2 < hi and (w or w2) for m, lo, hi, w in a for n, lo2, hi2, w2 in b)
+
+
 class _Tail:
     """The held-back tail: its instructions in order and the ranges they touch."""
 
@@ -92,6 +101,7 @@ class _Tail:
         self.reads: list[tuple[int, int, int]] = []
         self.writes: list[tuple[int, int, int]] = []
         self.at = 0
+        self.saves: list = []  # let out, but held back to the next release
 
     def add(self, ins, fp) -> None:
         self.items.append(ins)
@@ -115,19 +125,32 @@ class _Tail:
         return False
 
     def __bool__(self) -> bool:
-        return self.at < len(self.items)
+        return self.at < len(self.items) or bool(self.saves)
 
     def release(self, out: list, budget: float) -> None:
-        """Let out the next instructions worth ``budget`` accumulator clocks (the saves behind
-        them ride along)."""
+        """Let out the saves held at the last release, then the next instructions worth
+        ``budget`` accumulator clocks, holding their saves to DRAM until the next release: a save
+        right behind its accumulators -> local move would stop the RTL's decoder on the staging
+        area's lock until the compute lane has done everything before that move."""
+        out.extend(self.saves)
+        self.saves = []
         items = self.items
         spent = 0
         while self.at < len(items) and (spent < budget or _cost(items[self.at]) == 0):
-            spent += _cost(items[self.at])
-            out.append(items[self.at])
+            ins = items[self.at]
             self.at += 1
+            if _is_save(ins):
+                self.saves.append(ins)
+                continue
+            if self.saves and _overlaps(footprint(ins), [f for save in self.saves for f in footprint(save)]):
+                out.extend(self.saves)
+                self.saves = []
+            spent += _cost(ins)
+            out.append(ins)
 
     def flush(self, out: list) -> None:
+        out.extend(self.saves)
+        self.saves = []
         out.extend(self.items[self.at:])
         self.at = len(self.items)
 
