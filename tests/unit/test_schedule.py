@@ -31,15 +31,16 @@ def relu(v: int) -> Simd:
 
 def test_a_tail_goes_out_in_chunks_before_the_next_groups_weight_loads():
     """N = 4: at least 8 accumulator clocks (a register write, one clock, and four read-and-write
-    SIMD ops, two each) before each LoadWeights; the save to DRAM waits one release more than the
-    move it reads."""
+    SIMD ops, two each) before each LoadWeights of the next group; the accumulators -> local move
+    and the save wait for the next group's own tail."""
     zero = Simd(SimdOp.ZERO, dest=1)
-    tail = [zero, relu(0), relu(1), relu(2), relu(3), Move(A + 0, L + 100, 4), Move(L + 100, D0 + 0, 4)]
-    group0 = [LoadWeights(L + 0, 5), MatMul(L + 10, A + 0, 4)]
+    tail0 = [zero, relu(0), relu(1), relu(2), relu(3), relu(4), Move(A + 0, L + 100, 5), Move(L + 100, D0 + 0, 5)]
+    group0 = [LoadWeights(L + 0, 5), MatMul(L + 10, A + 0, 5)]
     group1 = [LoadWeights(L + 20, 5), MatMul(L + 30, A + 8, 4), LoadWeights(L + 40, 5), MatMul(L + 30, A + 8, 4, accumulate=True),
               LoadWeights(L + 50, 5), MatMul(L + 30, A + 8, 4, accumulate=True)]
-    before = group0 + tail + group1
-    after = group0 + tail[:5] + group1[:2] + [tail[5]] + group1[2:4] + [tail[6]] + group1[4:]
+    tail1 = [zero, relu(8), Move(A + 8, L + 105, 1), Move(L + 105, D0 + 5, 1)]
+    before = group0 + tail0 + group1 + tail1
+    after = group0 + tail0[:5] + group1[:2] + [tail0[5]] + group1[2:] + tail0[6:] + tail1
     assert schedule_instructions(before, 4) == after
 
 

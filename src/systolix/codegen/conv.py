@@ -239,11 +239,7 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
     # Each output group's post-ops and save follow its own MatMuls (a post-op across channels:
     # the whole partition's, after the last group), so that the schedule pass can overlap them
     # with the next group's weight loads.
-    # Not with streamed weights double-buffered: a group's accumulators -> local move, held back
-    # into the next group's stream, holds a lock half that the next chunks' weight moves need
-    # (our RTL's decoder then waits for the compute lane; using the other half's staging instead
-    # helps the RTL but costs 12% under the fitted model's lock pool on YOLOv4-tiny).
-    by_group = t.by_group and not (pipelined and to_local is None) and not any(p.all_groups for p in layer.post_ops)
+    by_group = t.by_group and not any(p.all_groups for p in layer.post_ops)
 
     def finish_group(stage, go0, go1, go, k):
         """After output group ``go`` of partition ``go0..go1`` (its last group: the partition is

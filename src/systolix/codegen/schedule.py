@@ -1,12 +1,14 @@
 """Schedule: interleave each output tile's post-ops and save with the next tile's array work.
 
-A conv emits, per output tile, its weight loads and MatMuls, then the tile's *tail*: the SIMD
-post-ops, the accumulators -> local move and the save to DRAM. Issued in that order, the array
-idles during the tail and the accumulators idle while each weight block loads and the array
-drains (``3N`` clocks a block under the fitted model, ``2N - 3`` on our RTL's single compute
-lane). When consecutive tiles use different accumulators (``ConvTiling.acc_tiles``), this pass
-holds tile t's tail back and lets it out a chunk at a time just before each ``LoadWeights`` of
-tile t+1, where the accumulators (the RTL: its compute lane) would otherwise wait.
+A conv emits, per output channel group (``ConvTiling.by_group``), its weight loads and MatMuls,
+then the group's *tail*: the SIMD post-ops, the accumulators -> local move and the save to DRAM.
+Issued in that order, the array idles during the tail and the accumulators idle while each
+weight block loads and the array drains (``3N`` clocks a block under the fitted model, ``2N - 3``
+on our RTL's single compute lane). The groups of a partition use different accumulators, and
+consecutive partitions alternate two buffers where they fit (``ConvTiling.acc_tiles``); so this
+pass holds a group's tail back and lets its SIMD ops out a chunk at a time just before each
+``LoadWeights`` of the next group, where the accumulators (the RTL: its compute lane) would
+otherwise wait; the move and the save go out when the next group's own tail starts.
 
 Only instructions that commute are reordered: an instruction of the next tile moves ahead of the
 held-back tail only if it neither reads what the tail writes nor writes what the tail reads or
@@ -84,15 +86,6 @@ def _cost(ins) -> int:
     return 0
 
 
-def _is_save(ins) -> bool:
-    return type(ins) is Move and (ins.source >> TAG_SHIFT) == _LOCAL and (ins.target >> TAG_SHIFT) in _DRAM
-
-
-def _overlaps(a, b) -> bool:
-    """Two footprints conflict: a range one writes meets a range the other touches."""
-    return any(m == n and lo < hi2 and lo2 < hi and (w or w2) for m, lo, hi, w in a for n, lo2, hi2, w2 in b)
-
-
 class _Tail:
     """The held-back tail: its instructions in order and the ranges they touch."""
 
@@ -101,7 +94,6 @@ class _Tail:
         self.reads: list[tuple[int, int, int]] = []
         self.writes: list[tuple[int, int, int]] = []
         self.at = 0
-        self.saves: list = []  # let out, but held back to the next release
 
     def add(self, ins, fp) -> None:
         self.items.append(ins)
@@ -125,32 +117,25 @@ class _Tail:
         return False
 
     def __bool__(self) -> bool:
-        return self.at < len(self.items) or bool(self.saves)
+        return self.at < len(self.items)
 
     def release(self, out: list, budget: float) -> None:
-        """Let out the saves held at the last release, then the next instructions worth
-        ``budget`` accumulator clocks, holding their saves to DRAM until the next release: a save
-        right behind its accumulators -> local move would stop the RTL's decoder on the staging
-        area's lock until the compute lane has done everything before that move."""
-        out.extend(self.saves)
-        self.saves = []
+        """Let out the next SIMD ops worth ``budget`` accumulator clocks. The accumulators ->
+        local move and the saves behind it wait for ``flush``, the next tail: let out early, the
+        move would hold its staging area's lock half while the next weight chunks stream into
+        that half (our RTL's decoder then stops until the compute lane has caught up), and a
+        save right behind it would wait for it."""
         items = self.items
         spent = 0
-        while self.at < len(items) and (spent < budget or _cost(items[self.at]) == 0):
+        while self.at < len(items) and spent < budget:
             ins = items[self.at]
-            self.at += 1
-            if _is_save(ins):
-                self.saves.append(ins)
-                continue
-            if self.saves and _overlaps(footprint(ins), [f for save in self.saves for f in footprint(save)]):
-                out.extend(self.saves)
-                self.saves = []
+            if type(ins) is Move and (ins.source >> TAG_SHIFT) == _ACC:
+                break
             spent += _cost(ins)
             out.append(ins)
+            self.at += 1
 
     def flush(self, out: list) -> None:
-        out.extend(self.saves)
-        self.saves = []
         out.extend(self.items[self.at:])
         self.at = len(self.items)
 
