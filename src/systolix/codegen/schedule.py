@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from systolix.ir.lir import TAG_SHIFT, LirProgram, LoadWeights, MatMul, Memory, Move, Simd
 
 _ZEROES, _LOCAL, _ACC = int(Memory.ZEROES), int(Memory.LOCAL), int(Memory.ACCUMULATORS)
@@ -87,31 +89,49 @@ def _cost(ins) -> int:
 
 
 class _Tail:
-    """The held-back tail: its instructions in order and the ranges they touch."""
+    """The held-back tail: its instructions in order and (worked out once, when the next
+    instructions are checked against it) the ranges they read and write."""
 
     def __init__(self):
         self.items: list = []
-        self.reads: list[tuple[int, int, int]] = []
-        self.writes: list[tuple[int, int, int]] = []
         self.at = 0
+        self.ranges: tuple[list, list] | None = None
 
-    def add(self, ins, fp) -> None:
+    def add(self, ins) -> None:
         self.items.append(ins)
-        for mem, lo, hi, w in fp:
-            ranges = self.writes if w else self.reads
-            if ranges and ranges[-1][0] == mem and ranges[-1][1] <= lo <= ranges[-1][2]:
-                last = ranges[-1]
-                ranges[-1] = (mem, last[1], max(last[2], hi))
-            else:
-                ranges.append((mem, lo, hi))
+        self.ranges = None
+
+    def _ranges(self) -> tuple[list, list]:
+        """``(reads, writes)``: ``(memory tag, first, end)`` ranges, a SIMD op's vectors merged
+        into runs (a tail alternates between its vectors and a constant's)."""
+        reads, writes = [], []
+        simd_r, simd_w = [], []
+        for ins in self.items:
+            if type(ins) is Simd:
+                if ins.read is not None:
+                    simd_r.append(ins.read)
+                if ins.write is not None:
+                    simd_w.append(ins.write)
+                continue
+            for mem, lo, hi, w in footprint(ins):
+                (writes if w else reads).append((mem, lo, hi))
+        for addrs, out in ((simd_r, reads), (simd_w, writes)):
+            if addrs:
+                a = np.unique(np.asarray(addrs, np.int64))
+                cut = np.flatnonzero(np.diff(a) > 1) + 1
+                out.extend((_ACC, int(run[0]), int(run[-1]) + 1) for run in np.split(a, cut))
+        return reads, writes
 
     def conflicts(self, fp) -> bool:
+        if self.ranges is None:
+            self.ranges = self._ranges()
+        reads, writes = self.ranges
         for mem, lo, hi, w in fp:
-            for m, a, b in self.writes:
+            for m, a, b in writes:
                 if m == mem and lo < b and a < hi:
                     return True
             if w:
-                for m, a, b in self.reads:
+                for m, a, b in reads:
                     if m == mem and lo < b and a < hi:
                         return True
         return False
@@ -153,7 +173,7 @@ def schedule_instructions(instructions: list, n: int) -> list:
                 tail.flush(out)  # a new tail: the last one must be out before it starts
                 tail = _Tail()
                 in_tail = True
-            tail.add(ins, footprint(ins))
+            tail.add(ins)
             continue
         kind = type(ins)
         if kind is LoadWeights or kind is MatMul:
