@@ -288,7 +288,7 @@ def _choose(layer: ConvLayer, consts, arch, first: tuple[int, int, bool], rows_i
     total_w = consts.stored
     half = arch.local_depth // 2
 
-    tail = _tail_clocks(layer)
+    tail = _tail_clocks(layer) if may_overlap else 0  # (without the schedule pass: the costs as before it)
 
     def most_rows(ng: int, extra: int, avail: int, acc: int = acc_avail) -> int:
         lo, hi = 0, min(OH, acc // (OW * ng))
