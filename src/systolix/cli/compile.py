@@ -131,6 +131,10 @@ def compile_command(
     no_pack_input: bool = typer.Option(False, "--no-pack-input",
                                        help="Keep every input in the plain layout (by default a few-channel input read by one "
                                             "conv is packed for it: space-to-depth, im2col or row windows, docs/tmodel-extension.md)."),
+    no_schedule: bool = typer.Option(False, "--no-schedule",
+                                     help="Emit conv tiles one after another (by default consecutive tiles alternate between "
+                                          "two accumulator buffers where they fit, and each tile's post-ops and save are "
+                                          "interleaved with the next tile's weight loads)."),
     batch: int = typer.Option(None, "--batch", "-b", min=1, max=1024,
                               help="Images one program runs (1 to 1024): each weight tile loaded into the array streams every "
                                    "image (default 1, or the batch the model's inputs fix). The inputs and outputs hold the "
@@ -168,7 +172,8 @@ def compile_command(
 
         compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_step,
                                  calibration=calibrate, split=not no_split, dump_ir=dump_ir,
-                                 pack_inputs=not no_pack_input, estimate_gains=estimate_gains, batch=batch)
+                                 pack_inputs=not no_pack_input, estimate_gains=estimate_gains, schedule=not no_schedule,
+                                 batch=batch)
     path = compiled.save(output)
     if quiet:
         console.print(str(path))

@@ -191,6 +191,12 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
         return band
 
     all_groups = [(i, gi) for i, inp in enumerate(layer.inputs) for gi in range(inp.act.G)]
+    # Partitions alternate between ``t.acc_tiles`` accumulator buffers: with two, a tile's MatMuls
+    # do not touch what the previous tile's post-ops and save still read (systolix.codegen.schedule).
+    acc_slot = [0]
+
+    def acc_base() -> int:
+        return ACCUMULATORS + (acc_slot[0] % t.acc_tiles) * t.rows * OW * t.groups
 
     def fetch(go, ci, k):
         """Streamed: move output group ``go``'s chunk ``ci`` (with its bias first) into context
@@ -210,7 +216,7 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
         oh0, oh1 = stage.outputs
         ih_lo = stage.inputs[0]
         rows = oh1 - oh0
-        acc_go = ACCUMULATORS + (go - go0) * rows * OW
+        acc_go = acc_base() + (go - go0) * rows * OW
         blocks = per_go[go]
         bias_addr, block_addrs = offsets[go]
         order = chunks_of[go][ci]
@@ -248,21 +254,38 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
             _block_matmuls(e, layer, kh, kw, range(r0, r1), w0, w1, oh0, ih_lo, band[(i, gi)], acc_go)
         return in_array
 
-    def finish_partition(stage, go0, go1, k):
-        """Post-ops on the tile, then the save: accumulators to context ``k``'s staging, staging
-        to DRAM0 (or straight to local-vars)."""
+    # Each output group's post-ops and save follow its own MatMuls (a post-op across channels:
+    # the whole partition's, after the last group), so that the schedule pass can overlap them
+    # with the next group's weight loads.
+    by_group = t.by_group and not any(p.all_groups for p in layer.post_ops)
+
+    def finish_group(stage, go0, go1, go, k):
+        """After output group ``go`` of partition ``go0..go1`` (its last group: the partition is
+        done, and the next one takes the other accumulator buffer)."""
+        if by_group:
+            finish_partition(stage, go0, go, go + 1, k)
+        elif go + 1 == go1:
+            finish_partition(stage, go0, go0, go1, k)
+        if go + 1 == go1:
+            acc_slot[0] += 1
+
+    def finish_partition(stage, p0, go0, go1, k):
+        """Post-ops on groups ``go0..go1`` of the partition from ``p0``, then their save:
+        accumulators to context ``k``'s staging, staging to DRAM0 (or straight to local-vars)."""
         oh0, oh1 = stage.outputs
         rows = oh1 - oh0
-        stage_base = ctx[k][2]
-        tile = Tile(e, memory, N, go0, go1, oh0, rows, OW, stage_base, acc_const, ACCUMULATORS + t.acc_scratch,
-                    ACCUMULATORS + t.acc_bcast, consts_local)
+        at = (go0 - p0) * rows * OW
+        stage_base = ctx[k][2] + at
+        acc = acc_base() + at
+        tile = Tile(e, memory, N, go0, go1, oh0, rows, OW, stage_base, acc_const, ACCUMULATORS + t.acc_scratch + at,
+                    ACCUMULATORS + t.acc_bcast + go0 - p0, consts_local, acc)
         for post, slot in zip(layer.post_ops, consts.slots):
             post.emit(tile, slot)
         if out_on_chip:
             for go in range(go0, go1):
-                e.move(ACCUMULATORS + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows * OW)
+                e.move(acc + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows * OW)
             return
-        e.move(ACCUMULATORS, stage_base, tile.n_vec)
+        e.move(acc, stage_base, tile.n_vec)
         for go in range(go0, go1):
             e.save_rows(stage_base + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows, OW, hs, ws)
 
@@ -282,7 +305,7 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
                 in_array = None
                 for go in range(go0, go1):
                     in_array = run_chunk(stage, band, go, go0, 0, fetch(go, 0, k), in_array)
-                finish_partition(stage, go0, go1, k)
+                    finish_group(stage, go0, go1, go, k)
         return
     if pipelined:
         # Streamed: the band in both contexts; weight chunk j of the stage in context j % 2, the
@@ -298,8 +321,8 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
                 nxt = fetch(steps[j + 1][1], steps[j + 1][2], 1 - k) if j + 1 < len(steps) else None
                 go0, go1 = plan.partitions[p]
                 in_array = run_chunk(stage, bands[k], go, go0, ci, loc, in_array)
-                if j + 1 == len(steps) or steps[j + 1][0] != p:
-                    finish_partition(stage, go0, go1, k)
+                if j + 1 == len(steps) or steps[j + 1][1] != go:
+                    finish_group(stage, go0, go1, go, k)
                 loc = nxt
         return
     for stage in stages:
@@ -311,7 +334,7 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
                 in_array = None
                 for ci in range(len(chunks_of[go])):
                     in_array = run_chunk(stage, band, go, go0, ci, fetch(go, ci, 0), in_array)
-            finish_partition(stage, go0, go1, 0)
+                finish_group(stage, go0, go1, go, 0)
 
 
 def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, images: list[MemoryMap], e: Emitter, to_local,

@@ -165,7 +165,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
                   progress: Callable[[str, int, int], None] | None = None,
                   calibration: Any = None, split: bool = True, dump_ir: str | Path | None = None,
                   pack_inputs: bool = True, estimate_gains: bool = True,
-                  pipeline: bool = True, batch: int | None = None) -> CompiledModel | CompiledPartitionedModel:
+                  pipeline: bool = True, schedule: bool = True, batch: int | None = None) -> CompiledModel | CompiledPartitionedModel:
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
     ``.tarch`` path or ``Architecture``).
 
@@ -185,6 +185,9 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     on by default, ``False`` for the plain weights (one binary point, no gains).
     ``pipeline``: let conv layers double-buffer across the two lock halves of local memory when
     the planner's cost model prefers it (``False``: the plain single-buffered plans).
+    ``schedule``: let consecutive conv tiles alternate between two accumulator buffers where
+    they fit, and interleave each tile's post-ops and save with the next tile's weight loads
+    (``systolix.codegen.schedule``; ``False``: tiles one after another, as emitted).
     ``batch``: images one program runs (1 to ``systolix.compiler.batch.MAX_BATCH``), each weight
     tile streaming all of them; default 1, or the batch the model's inputs fix (a model exported
     with batch 4 compiles as a batch-4 program). The outputs are bit for bit the batch-1 program's.
@@ -213,7 +216,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         name = f"{_safe_name(stem)}_{_safe_name(str(arch.array_size))}x{arch.array_size}"
     samples = None if calibration is None else calibration_samples(calibration, graph)
     ctx = CompileContext(arch, strategy, samples, host, split, listing, name, progress=progress, onnx_model=onnx_model,
-                         pack_inputs=pack_inputs, estimate_gains=estimate_gains, pipeline=pipeline, batch=batch)
+                         pack_inputs=pack_inputs, estimate_gains=estimate_gains, pipeline=pipeline, schedule=schedule, batch=batch)
     program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
     graph = program.graph  # (a layer too large for DRAM1 is split into several nodes)
     segments = program.segments

@@ -42,6 +42,9 @@ class CompileContext:
     pipeline: bool = True
     """Let conv layers double-buffer across the two lock halves of local memory
     (``systolix.planning.tiling``) when its cost model prefers it."""
+    schedule: bool = True
+    """Give consecutive conv tiles alternate accumulators where they fit and interleave each
+    tile's post-ops and save with the next tile's weight loads (``systolix.codegen.schedule``)."""
     batch: int = 1
     """Images one program runs (``systolix compile --batch``): each weight tile loaded into the
     array streams every image's vectors before the next (``systolix.planning.tiling``)."""

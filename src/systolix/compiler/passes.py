@@ -12,7 +12,7 @@
                   round weights: calibrated compiles], pack inputs--> HIR --place constants--> Plan
     Program --split constants--> Program
     per segment: Plan --allocate memory, tile layers--> Plan --emit--> LIR
-                 --bind memories, roll up--> LIR --encode--> Artifacts
+                 --bind memories, roll up, schedule--> LIR --encode--> Artifacts
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from systolix.backend import bind_memories, encode
 from systolix.codegen import emit
 from systolix.codegen.rollup import roll_up
+from systolix.codegen.schedule import schedule
 from systolix.compiler.placement import place_on_host
 from systolix.compiler.segments import partition_graph, split_constants
 from systolix.hir_passes.amplify_weights import amplify_weights
@@ -75,5 +76,6 @@ PASSES = (
     Pass("emit", emit, SEGMENT),
     Pass("bind memories", bind_memories, SEGMENT),
     Pass("roll up", roll_up, SEGMENT),
+    Pass("schedule", schedule, SEGMENT),
     Pass("encode", encode, SEGMENT),
 )

@@ -57,6 +57,12 @@ class ConvTiling:
     """Images of a batch program that stream through each weight tile together, each with its
     own input band (``band_size`` vectors apart) and tile (``rows * OW * groups`` apart)."""
     band_size: int = 0
+    acc_tiles: int = 1
+    """Accumulator buffers the partitions alternate between (2: tile p at ``(p % 2) * tile``, so
+    the next tile's MatMuls need not wait for this one's post-ops: ``systolix.codegen.schedule``)."""
+    by_group: bool = False
+    """Emit each output group's post-ops and save right after its MatMuls (the schedule pass
+    then overlaps them with the next group's weight loads), not the partition's after all."""
 
 
 @dataclass(eq=False)
@@ -97,6 +103,21 @@ def _acc(name: str, base: int, size: int) -> Buffer:
     return Buffer(name, Memory.ACCUMULATORS, base, size)
 
 
+# Accumulator clocks a post-op takes per output vector (a read-and-write SIMD op is two).
+POST_OP_CLOCKS = {"add": 1, "add_const": 1, "relu": 2, "mul": 2, "mul_bcast": 2, "add_bcast": 2, "mul_pixel": 2,
+                  "clip": 4, "slope": 4, "mul_tensor": 4}
+
+
+def _tail_clocks(layer) -> int:
+    """Accumulator clocks of a tile's tail per output vector: its post-ops, then the save."""
+    return sum(POST_OP_CLOCKS.get(p.kind, 2) for p in layer.post_ops) + 1
+
+
+def _acc_tiles(schedule: bool, tile_copies: int, tile: int, acc_room: int) -> int:
+    """2 when a second tile fits the accumulators (and the schedule pass will use it), else 1."""
+    return 2 if schedule and tile_copies == 1 and 2 * tile <= acc_room else 1
+
+
 def _row_stages(OH: int, R: int, H: int, sh: int, pt: int, KH: int, dh: int) -> list[Stage]:
     """Output rows in stages of ``R``, each with the input rows its taps read."""
     stages = []
@@ -108,7 +129,8 @@ def _row_stages(OH: int, R: int, H: int, sh: int, pt: int, KH: int, dh: int) -> 
     return stages
 
 
-def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipeline: bool = True) -> LayerPlan:
+def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipeline: bool = True,
+         schedule: bool = True) -> LayerPlan:
     N = arch.array_size
     out = layer.output
     KH, KW = layer.kernel
@@ -175,9 +197,11 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
     if R and not diagonal and plan.memory.batch == 1:
         R, ng, resident, pipelined = _choose(layer, consts, arch, (R, ng, resident), rows_in, local_need,
                                              acc_room // tile_copies, local_avail,
-                                             pipeline and not consts_local and region0 == 0, consts_local)
+                                             pipeline and not consts_local and region0 == 0, consts_local,
+                                             schedule and tile_copies == 1)
         if pipelined:
-            return _pipelined_conv(layer, consts, arch, R, ng, resident, rows_in, local_need, H, W, sum_gi)
+            return _pipelined_conv(layer, consts, arch, R, ng, resident, rows_in, local_need, H, W, sum_gi,
+                                   _acc_tiles(schedule, tile_copies, R * OW * ng, acc_room), schedule)
     if not R:
         raise SchedulingError(
             f"layer {layer.name!r} needs {local_need(1, 1) + (0 if resident else 1 + N)} vectors of local memory for one output row "
@@ -202,7 +226,8 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
     acc_const = arch.accumulator_depth - n_simd
     stages = _row_stages(OH, R, H, sh, pt, KH, dh)
     tile = R * OW * ng
-    tiles = images * tile
+    acc_tiles = _acc_tiles(schedule and images == 1 and plan.memory.batch == 1, tile_copies, tile, acc_room)
+    tiles = images * tile * acc_tiles
     weights = "in place" if consts_local else "resident" if resident else "streamed"
     return LayerPlan(
         layer.name, "conv", ROWS_THEN_GROUPS, weights, stages, [(g, min(Go, g + ng)) for g in range(0, Go, ng)],
@@ -211,14 +236,18 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
          _acc("SIMD constants", acc_const, n_simd)],
         stage_base + tile, tiles + (tile_copies - 1) * tile + n_simd + n_bcast,
         ConvTiling(R, ng, rows_in(R), diagonal, resident, w_base, w_size, in_base, stage_base, tiles, acc_const - n_bcast, acc_const,
-                   images=images, band_size=band))
+                   images=images, band_size=band, acc_tiles=acc_tiles, by_group=schedule))
 
 
-def _conv_cost(consts, arch, R: int, OH: int, OW: int, band: int, total_w: int, resident: bool, pipelined: bool) -> float:
+def _conv_cost(consts, arch, R: int, OH: int, OW: int, band: int, total_w: int, resident: bool, pipelined: bool,
+               tail: int = 0, overlap: bool = False) -> float:
     """Clocks a conv plan takes, roughly: per stage the array's work (every weight block's load
     and drain, the band streaming through it, the bias) against the DRAM moves (band, weights,
     saves) at ``vector_bytes / 16`` clocks a vector (a 128-bit port); a pipelined plan overlaps
-    the two, a plain one adds them. Only the comparison between plans of one layer matters."""
+    the two, a plain one adds them. ``tail``: accumulator clocks of post-ops and save per output
+    vector, after the array's work, or (``overlap``: two accumulator buffers, the schedule pass)
+    hidden up to ``2N`` clocks a weight block behind the next tile's loads. Only the comparison
+    between plans of one layer matters."""
     N = arch.array_size
     per_vector = arch.vector_bytes / 16
     n_go = len(consts.blocks)
@@ -226,6 +255,8 @@ def _conv_cost(consts, arch, R: int, OH: int, OW: int, band: int, total_w: int, 
 
     def stage(rows: int) -> float:
         compute = n_blocks * (rows * OW + 3 * N + 1) + n_go * rows * OW
+        after = n_go * rows * OW * tail
+        compute += max(0, after - 2 * N * n_blocks) if overlap else after
         moved = band + n_go * rows * OW + (0 if resident else total_w)
         if not pipelined:
             return compute + moved * per_vector
@@ -241,12 +272,14 @@ def _conv_cost(consts, arch, R: int, OH: int, OW: int, band: int, total_w: int, 
 
 
 def _choose(layer: ConvLayer, consts, arch, first: tuple[int, int, bool], rows_in, local_need, acc_avail: int, local_avail: int,
-            may_pipeline: bool, consts_local: bool) -> tuple[int, int, bool, bool]:
+            may_pipeline: bool, consts_local: bool, may_overlap: bool = False) -> tuple[int, int, bool, bool]:
     """``(rows, groups, resident, pipelined)``: of the plans that fit (for every number of output
     groups a partition computes, the most rows with the weights resident or streamed, in all of
     local memory or, pipelined, in half of it), the one ``_conv_cost`` scores lowest. Fewer
     groups let more rows share each weight block's load: more vectors per weight tile. ``first``
-    (the most groups, then the most rows) wins ties."""
+    (the most groups, then the most rows) wins ties. ``may_overlap``: a tile that fits the
+    accumulators twice has its post-ops overlapped (``systolix.codegen.schedule``), so tiles of
+    half the accumulators are candidates too."""
     out = layer.output
     OH, OW, Go = out.H, out.W, out.G
     N = arch.array_size
@@ -255,8 +288,10 @@ def _choose(layer: ConvLayer, consts, arch, first: tuple[int, int, bool], rows_i
     total_w = consts.stored
     half = arch.local_depth // 2
 
-    def most_rows(ng: int, extra: int, avail: int) -> int:
-        lo, hi = 0, min(OH, acc_avail // (OW * ng))
+    tail = _tail_clocks(layer) if may_overlap else 0  # (without the schedule pass: the costs as before it)
+
+    def most_rows(ng: int, extra: int, avail: int, acc: int = acc_avail) -> int:
+        lo, hi = 0, min(OH, acc // (OW * ng))
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if local_need(mid, ng) + extra <= avail:
@@ -265,11 +300,13 @@ def _choose(layer: ConvLayer, consts, arch, first: tuple[int, int, bool], rows_i
                 hi = mid - 1
         return lo
 
-    def cost(R, resident, pipelined):
-        return _conv_cost(consts, arch, R, OH, OW, rows_in(R) * W * sum_gi, 0 if consts_local else total_w, resident, pipelined)
+    def cost(R, g, resident, pipelined):
+        overlap = may_overlap and 2 * R * OW * g <= acc_avail
+        return _conv_cost(consts, arch, R, OH, OW, rows_in(R) * W * sum_gi, 0 if consts_local else total_w, resident, pipelined,
+                          tail, overlap)
 
     R, ng, resident = first
-    best, choice = cost(R, resident, False), (R, ng, resident, False)
+    best, choice = cost(R, ng, resident, False), (R, ng, resident, False)
     lowest = Go if any(p.all_groups for p in layer.post_ops) else 1
     options = []
     for g in range(min(Go, acc_avail // OW), lowest - 1, -1):
@@ -282,17 +319,18 @@ def _choose(layer: ConvLayer, consts, arch, first: tuple[int, int, bool], rows_i
             options.append((g, total_w, True, half - (arch.local_depth - local_avail), True))
             options.append((g, 1 + N, False, half - (arch.local_depth - local_avail), True))
     for g, extra, res, avail, pipe in options:
-        r = most_rows(g, extra, avail)
-        if not r or (pipe and res and r >= OH):
-            continue
-        c = cost(r, res, pipe)
-        if c < best * (1 - 1e-9):
-            best, choice = c, (r, g, res, pipe)
+        for acc in ((acc_avail, acc_avail // 2) if may_overlap else (acc_avail,)):
+            r = most_rows(g, extra, avail, acc)
+            if not r or (pipe and res and r >= OH):
+                continue
+            c = cost(r, g, res, pipe)
+            if c < best * (1 - 1e-9):
+                best, choice = c, (r, g, res, pipe)
     return choice
 
 
 def _pipelined_conv(layer: ConvLayer, consts, arch, R: int, ng: int, resident: bool, rows_in, local_need,
-                    H: int, W: int, sum_gi: int) -> LayerPlan:
+                    H: int, W: int, sum_gi: int, acc_tiles: int = 1, by_group: bool = False) -> LayerPlan:
     """The double-buffered plan of a conv layer: one context (weights, band, staging) in each
     lock half of local memory."""
     half = arch.local_depth // 2
@@ -315,11 +353,11 @@ def _pipelined_conv(layer: ConvLayer, consts, arch, R: int, ng: int, resident: b
     return LayerPlan(
         layer.name, "conv", PIPELINED, "resident, a copy a half" if resident else "streamed, double-buffered", stages,
         [(g, min(Go, g + ng)) for g in range(0, Go, ng)], local,
-        [_acc("tile", 0, tile), _acc("second tile", tile, tile * (tile_copies - 1)), _acc("broadcast", acc_const - n_bcast, n_bcast),
-         _acc("SIMD constants", acc_const, n_simd)],
-        contexts[1][2] + tile, tile_copies * tile + n_simd + n_bcast,
-        ConvTiling(R, ng, rows_in(R), False, resident, contexts[0][0], w_size, contexts[0][1], contexts[0][2], tile,
-                   acc_const - n_bcast, acc_const, contexts=contexts))
+        [_acc("tile", 0, tile * acc_tiles), _acc("second tile", tile * acc_tiles, tile * (tile_copies - 1)),
+         _acc("broadcast", acc_const - n_bcast, n_bcast), _acc("SIMD constants", acc_const, n_simd)],
+        contexts[1][2] + tile, (tile_copies - 1 + acc_tiles) * tile + n_simd + n_bcast,
+        ConvTiling(R, ng, rows_in(R), False, resident, contexts[0][0], w_size, contexts[0][1], contexts[0][2], tile * acc_tiles,
+                   acc_const - n_bcast, acc_const, contexts=contexts, acc_tiles=acc_tiles, by_group=by_group))
 
 
 def maxpool(layer: MaxPoolLayer, consts, plan: Plan, arch, consts_local: bool) -> LayerPlan:
@@ -488,7 +526,8 @@ def tile_layers(plan: Plan, ctx) -> Plan:
     """The pass: a ``LayerPlan`` for every layer."""
     consts_local = plan.memory.consts_local
     pipeline = getattr(ctx, "pipeline", True)
-    layers = [conv(layer, c.data, plan, ctx.arch, consts_local, pipeline) if isinstance(layer, ConvLayer) else
+    schedule = getattr(ctx, "schedule", True)
+    layers = [conv(layer, c.data, plan, ctx.arch, consts_local, pipeline, schedule) if isinstance(layer, ConvLayer) else
               TILERS[type(layer)](layer, c.data, plan, ctx.arch, consts_local)
               for layer, c in zip(plan.hir.layers, plan.constants.layers)]
     return dataclasses.replace(plan, layers=layers)
