@@ -57,7 +57,7 @@ def overview_figure(report: AccuracyReport):
     ax.set_yscale("log")
     ax.set_ylabel("RMS error (LSB)")
     ax.set_xlabel("layer")
-    step = max(1, len(layers) // 40)
+    step = max(1, -(-len(layers) // 30))  # at most 30 labels: more overlap at this width
     ax.set_xticks(x[::step])
     ax.set_xticklabels([f"{layer.index}" for layer in layers][::step])
     ax.grid(True, which="both", alpha=0.3)
