@@ -41,6 +41,7 @@ import math
 
 import numpy as np
 
+from systolix.hir_passes.gain_payoff import ErrorVariances, pays
 from systolix.hir_passes.measure_ranges import LayerRange, exact
 from systolix.ir.hir import ConvLayer, HirProgram
 from systolix.ir.postops import Scale
@@ -105,6 +106,25 @@ def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.nda
     return gains
 
 
+def _no_mean_squares(layer: ConvLayer) -> list[np.ndarray]:
+    return [np.zeros(inp.act.C) for inp in layer.inputs]
+
+
+def _paying(layer: ConvLayer, seen: LayerRange, gains: np.ndarray, errors: ErrorVariances) -> np.ndarray:
+    """``gains``, or none where they do not pay (``gain_payoff``); the layer's output error
+    carried on either way. Negative gains and an average pool's keep its sums in range: kept."""
+    mean_squares = seen.input_mean_square or _no_mean_squares(layer)
+    inherited = errors.inherited(layer)
+    own = errors.own(layer, mean_squares, gains)
+    if (seen.estimated and seen.input_mean_square is not None and not layer.scaling_ops and np.any(gains)
+            and np.all(gains >= 0)):
+        plain = errors.own(layer, mean_squares, np.zeros_like(gains))
+        if not pays(inherited, plain, own):
+            gains, own = np.zeros_like(gains), plain
+    errors.conv(layer, inherited + own, seen.post_slope)
+    return gains
+
+
 def _powers_of_two_in_range(values: np.ndarray, dtype: DataType) -> bool:
     """Every value is ``2^e`` with ``2^e`` exact in ``dtype`` (``-bp <= e``, at most its largest)."""
     exponents = np.log2(values)
@@ -120,11 +140,20 @@ def amplify_weights(hir: HirProgram, ctx) -> HirProgram:
     peaks: dict[int, LayerRange] = hir.ranges
     layers = []
     gains_by_layer: dict[str, np.ndarray] = {}
+    # Estimated gains are weighed against what they buy (``gain_payoff``), layer by layer in order.
+    errors = ErrorVariances(hir, dtype) if any(r.estimated for r in peaks.values()) else None
     for index, layer in enumerate(hir.layers):
         if not isinstance(layer, ConvLayer) or index not in peaks or exact(layer, dtype):
+            if errors is not None:
+                if isinstance(layer, ConvLayer):
+                    errors.conv(layer, errors.inherited(layer) + errors.own(layer, _no_mean_squares(layer), 0), None)
+                else:
+                    errors.other(layer)
             layers.append(layer)
             continue
         gains = channel_gains(layer, peaks[index], dtype)
+        if errors is not None:
+            gains = _paying(layer, peaks[index], gains, errors)
         if not np.any(gains):
             layers.append(layer)
             continue
