@@ -75,8 +75,17 @@ def _mean_square(values: np.ndarray) -> np.ndarray:
     return np.mean(np.square(values, dtype=np.float64), axis=(0, 2, 3))
 
 
+def _mean(runs: Runs, act, inputs: set[int]) -> np.ndarray:
+    """Per channel of ``act``, its mean over the runs; a model input's is the assumed one (0): a
+    few runs' shared parts would make it up."""
+    if id(act.root()[0]) in inputs:
+        return np.zeros(act.C)
+    return np.mean(runs.read(act), axis=(0, 2, 3), dtype=np.float64)
+
+
 def estimate(hir: HirProgram, seed: int = SEED) -> dict[int, LayerRange]:
     """Per conv layer (index into ``hir.layers``) its estimated ``LayerRange``."""
+    inputs = {id(act.root()[0]) for act in hir.inputs.values()}
     rng = np.random.default_rng(seed)
     runs = Runs(RUNS)
     _synthetic_inputs(hir, rng, runs)
@@ -116,6 +125,7 @@ def estimate(hir: HirProgram, seed: int = SEED) -> dict[int, LayerRange]:
             sums = values
         ranges[index] = LayerRange(peak, peak, RUNS * out.P, estimated=True,
                                    input_mean_square=[_mean_square(runs.read(inp.act)) for inp in layer.inputs],
+                                   input_mean=[_mean(runs, inp.act, inputs) for inp in layer.inputs],
                                    post_slope=slope)
         runs.write(out, sums)
     return ranges
