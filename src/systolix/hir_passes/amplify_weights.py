@@ -17,7 +17,8 @@ per layer and output channel, the largest partial or final sum (of 32 samples: s
 ``REFERENCE_SAMPLES``); ``amplify_weights`` picks the
 largest ``k_c`` that keeps it a margin below saturation (other inputs may reach further).
 Without calibration data ``estimate_ranges`` estimates the ranges from the model itself (its
-batch-norm statistics and weights), margins included.
+batch-norm statistics and weights), margins included, and a layer keeps its estimated gain only
+where it removes enough of the layer's output error for its multiply (``gain_payoff``).
 
 An average pool sums its window with weights ``2^-shift`` and scales the sum to the mean with its
 own multiplies (``ConvLayer.scaling_ops``), so its accumulators hold 4 to 8x the mean: a mean past
