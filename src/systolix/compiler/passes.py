@@ -6,8 +6,8 @@
     Graph --place on host--> Graph --partition--> Program
     per segment: Graph --lower--> HIR --through interleaves, fold batch norms, fuse post-ops,
                  eliminate dead layers, split wide inputs,
-                 [split long reductions, estimate ranges, tensor exponents, amplify weights:
-                  plain compiles (estimated gains, the default)]
+                 [split long reductions, estimate ranges, tensor exponents, amplify weights,
+                  correct biases: plain compiles (estimated gains, the default)]
                  [split long reductions, measure ranges, tensor exponents, amplify weights,
                   round weights: calibrated compiles], pack inputs--> HIR --place constants--> Plan
     Program --split constants--> Program
@@ -27,6 +27,7 @@ from systolix.codegen.schedule import schedule
 from systolix.compiler.placement import place_on_host
 from systolix.compiler.segments import partition_graph, split_constants
 from systolix.hir_passes.amplify_weights import amplify_weights
+from systolix.hir_passes.correct_biases import correct_biases
 from systolix.hir_passes.eliminate_dead_layers import eliminate_dead_layers
 from systolix.hir_passes.estimate_ranges import estimate_ranges
 from systolix.hir_passes.fold_batch_norms import fold_batch_norms
@@ -67,6 +68,7 @@ PASSES = (
     Pass("estimate ranges", estimate_ranges, SEGMENT),
     Pass("tensor exponents", tensor_exponents, SEGMENT),
     Pass("amplify weights", amplify_weights, SEGMENT),
+    Pass("correct biases", correct_biases, SEGMENT),
     Pass("round weights", round_weights, SEGMENT),
     Pass("pack inputs", pack_inputs, SEGMENT),
     Pass("place constants", place_constants, SEGMENT),

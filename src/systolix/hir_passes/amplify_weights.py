@@ -17,7 +17,8 @@ per layer and output channel, the largest partial or final sum (of 32 samples: s
 ``REFERENCE_SAMPLES``); ``amplify_weights`` picks the
 largest ``k_c`` that keeps it a margin below saturation (other inputs may reach further).
 Without calibration data ``estimate_ranges`` estimates the ranges from the model itself (its
-batch-norm statistics and weights), margins included.
+batch-norm statistics and weights), margins included, and a layer keeps its estimated gain only
+where it removes enough of the layer's output error for its multiply (``gain_payoff``).
 
 An average pool sums its window with weights ``2^-shift`` and scales the sum to the mean with its
 own multiplies (``ConvLayer.scaling_ops``), so its accumulators hold 4 to 8x the mean: a mean past
@@ -41,6 +42,7 @@ import math
 
 import numpy as np
 
+from systolix.hir_passes.gain_payoff import ErrorVariances, pays
 from systolix.hir_passes.measure_ranges import LayerRange, exact
 from systolix.ir.hir import ConvLayer, HirProgram
 from systolix.ir.postops import Scale
@@ -106,6 +108,25 @@ def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.nda
     return gains
 
 
+def _no_mean_squares(layer: ConvLayer) -> list[np.ndarray]:
+    return [np.zeros(inp.act.C) for inp in layer.inputs]
+
+
+def _paying(layer: ConvLayer, seen: LayerRange, gains: np.ndarray, errors: ErrorVariances) -> np.ndarray:
+    """``gains``, or none where they do not pay (``gain_payoff``); the layer's output error
+    carried on either way. Negative gains and an average pool's keep its sums in range: kept."""
+    mean_squares = seen.input_mean_square or _no_mean_squares(layer)
+    inherited = errors.inherited(layer)
+    own = errors.own(layer, mean_squares, gains)
+    if (seen.estimated and seen.input_mean_square is not None and not layer.scaling_ops and np.any(gains)
+            and np.all(gains >= 0)):
+        plain = errors.own(layer, mean_squares, np.zeros_like(gains))
+        if not pays(inherited, plain, own):
+            gains, own = np.zeros_like(gains), plain
+    errors.conv(layer, inherited + own, seen.post_slope)
+    return gains
+
+
 def _powers_of_two_in_range(values: np.ndarray, dtype: DataType) -> bool:
     """Every value is ``2^e`` with ``2^e`` exact in ``dtype`` (``-bp <= e``, at most its largest)."""
     exponents = np.log2(values)
@@ -121,11 +142,20 @@ def amplify_weights(hir: HirProgram, ctx) -> HirProgram:
     peaks: dict[int, LayerRange] = hir.ranges
     layers = []
     gains_by_layer: dict[str, np.ndarray] = {}
+    # Estimated gains are weighed against what they buy (``gain_payoff``), layer by layer in order.
+    errors = ErrorVariances(hir, dtype) if any(r.estimated for r in peaks.values()) else None
     for index, layer in enumerate(hir.layers):
         if not isinstance(layer, ConvLayer) or index not in peaks or exact(layer, dtype):
+            if errors is not None:
+                if isinstance(layer, ConvLayer):
+                    errors.conv(layer, errors.inherited(layer) + errors.own(layer, _no_mean_squares(layer), 0), None)
+                else:
+                    errors.other(layer)
             layers.append(layer)
             continue
         gains = channel_gains(layer, peaks[index], dtype)
+        if errors is not None:
+            gains = _paying(layer, peaks[index], gains, errors)
         if not np.any(gains):
             layers.append(layer)
             continue

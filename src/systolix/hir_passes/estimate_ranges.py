@@ -47,6 +47,8 @@ RUNS = 8
 # have this correlation between any two pixels of a channel.
 PIXEL_CORRELATION = 0.5
 SEED = 0
+# The step (times a channel's spread) by which the post-ops' slope is measured.
+STEP = 1e-3
 
 
 def _synthetic_inputs(hir: HirProgram, rng: np.random.Generator, runs: Runs) -> None:
@@ -69,8 +71,22 @@ def _channel_moments(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return per_channel.mean(axis=1), per_channel.std(axis=1)
 
 
+def _mean_square(values: np.ndarray) -> np.ndarray:
+    """Per channel of ``[R, C, H, W]`` values, their mean square."""
+    return np.mean(np.square(values, dtype=np.float64), axis=(0, 2, 3))
+
+
+def _mean(runs: Runs, act, inputs: set[int]) -> np.ndarray:
+    """Per channel of ``act``, its mean over the runs; a model input's is the assumed one (0): a
+    few runs' shared parts would make it up."""
+    if id(act.root()[0]) in inputs:
+        return np.zeros(act.C)
+    return np.mean(runs.read(act), axis=(0, 2, 3), dtype=np.float64)
+
+
 def estimate(hir: HirProgram, seed: int = SEED) -> dict[int, LayerRange]:
     """Per conv layer (index into ``hir.layers``) its estimated ``LayerRange``."""
+    inputs = {id(act.root()[0]) for act in hir.inputs.values()}
     rng = np.random.default_rng(seed)
     runs = Runs(RUNS)
     _synthetic_inputs(hir, rng, runs)
@@ -110,10 +126,20 @@ def estimate(hir: HirProgram, seed: int = SEED) -> dict[int, LayerRange]:
         # ones: as much further as they did on the synthetic inputs.
         further = np.where(final > 0, partial / np.where(final > 0, final, 1.0), 1.0)
         peak = (np.abs(mean) + SIGMAS * std) * np.maximum(further, 1.0)
-        ranges[index] = LayerRange(peak, peak, RUNS * out.P, estimated=True)
         post = layer.post_ops[layer.scaling_ops:]
+        slope = np.ones(out.C)
         if post:
-            sums = np.stack([_post(sums[r], post, runs.run(r)) for r in range(runs.count)])
+            values = np.stack([_post(sums[r], post, runs.run(r)) for r in range(runs.count)])
+            # How much of an error in the sums reaches the output (a ReLU passes the positive
+            # values' only): the mean squared slope of the post-ops, by a small step per channel.
+            step = (STEP * np.maximum(std, 1e-6))[:, None, None]
+            moved = np.stack([_post(sums[r].astype(np.float64) + step, post, runs.run(r)) for r in range(runs.count)])
+            slope = _mean_square((moved - values) / step[None])
+            sums = values
+        ranges[index] = LayerRange(peak, peak, RUNS * out.P, estimated=True,
+                                   input_mean_square=[_mean_square(runs.read(inp.act)) for inp in layer.inputs],
+                                   input_mean=[_mean(runs, inp.act, inputs) for inp in layer.inputs],
+                                   post_slope=slope)
         runs.write(out, sums)
     return ranges
 

@@ -42,6 +42,12 @@ class LayerRange:
     # peak when there are no more than REFERENCE_SAMPLES)
     estimated: bool = False  # from the model itself, not samples (``estimate_ranges``): ``peak``
     # is the range to keep below saturation, margins included
+    input_mean_square: list[np.ndarray] | None = None  # estimated ranges: per input, per channel,
+    # the mean square of its values (real scale, before any exponent) that ``gain_payoff`` weighs
+    input_mean: list[np.ndarray] | None = None  # estimated ranges: per input, per channel, the mean
+    # of its values (real scale) that ``correct_biases`` takes the weights' rounding against
+    post_slope: np.ndarray | None = None  # estimated ranges: per output channel, the mean squared
+    # slope of the post-ops after the sum (how much of the sums' error reaches the output)
 
 
 def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: DataType | None = None,

@@ -1,0 +1,70 @@
+"""Correct biases (plain compiles): the weights rounded after ``amplify_weights`` and the mean of
+their rounding error, over the estimated channel means, taken out of the bias."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from systolix.arch import get_architecture
+from systolix.compiler.context import CompileContext
+from systolix.hir_passes.correct_biases import SHARE, correct_biases
+from systolix.hir_passes.measure_ranges import LayerRange
+from systolix.ir import same
+from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
+
+ARCH = get_architecture("ultra96v2")  # FP16BP8
+LSB = 2.0 ** -8
+
+
+def _program(w: np.ndarray, bias: np.ndarray, mean: np.ndarray, estimated: bool = True) -> HirProgram:
+    x = Activation("x", w.shape[1], 4, 4, 16)
+    y = Activation("y", w.shape[0], 4, 4, 16)
+    layer = ConvLayer("conv", [ConvInput(x, weights=w)], y, bias, (1, 1))
+    peak = np.ones(w.shape[0])
+    ranges = {0: LayerRange(peak, peak, 16, estimated=estimated, input_mean=[mean])}
+    return HirProgram("m", 16, [layer], {"x": x}, {"y": y}, {"x": (1, w.shape[1], 4, 4)}, {"y": (1, w.shape[0], 4, 4)},
+                      ranges=ranges)
+
+
+def test_the_weights_are_rounded_and_the_bias_takes_their_mean_error():
+    # Weights between grid points, inputs of mean 0.5 and 2 (channel by channel): the bias moves
+    # by -SHARE * sum_i (rne(w_i) - w_i) * mean_i, from hand-rounded weights.
+    w = np.array([[0.3 * LSB, 2.4 * LSB], [-1.3 * LSB, 5.0 * LSB]], np.float32)[:, :, None, None]
+    bias = np.array([0.25, -0.5], np.float32)
+    mean = np.array([0.5, 2.0])
+    after = correct_biases(_program(w, bias, mean), CompileContext(ARCH))
+    rounded = np.array([[0.0, 2.0 * LSB], [-1.0 * LSB, 5.0 * LSB]], np.float32)[:, :, None, None]
+    error = np.array([[-0.3 * LSB, -0.4 * LSB], [0.3 * LSB, 0.0]])
+    want_bias = (bias - SHARE * error @ mean).astype(np.float32)
+    want = _program(rounded, want_bias, mean)
+    assert same(dataclasses.replace(after, ranges={}), dataclasses.replace(want, ranges={}))
+    assert np.all(want_bias != bias)  # the test says something: both biases moved
+
+
+def test_measured_ranges_and_plain_compiles_without_gains_keep_their_weights():
+    w = np.full((2, 2, 1, 1), 0.3 * LSB, np.float32)
+    hir = _program(w, np.zeros(2, np.float32), np.ones(2), estimated=False)
+    assert correct_biases(hir, CompileContext(ARCH)) is hir
+    bare = dataclasses.replace(hir, ranges={})
+    assert correct_biases(bare, CompileContext(ARCH, estimate_gains=False)) is bare
+
+
+def test_the_correction_cancels_the_mean_error_of_the_rounded_sums():
+    # NumPy: a 64-input layer, inputs of the stated channel means plus noise; the rounded
+    # weights' sums err on average by the correction's target, and the corrected bias takes
+    # SHARE of that average out (the rest is left: SHARE hedges an estimate of the means).
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((32, 64)) * 0.03).astype(np.float32)
+    mean = rng.uniform(0.2, 1.0, 64)
+    x = mean + 0.3 * rng.standard_normal((20000, 64))
+    bias = np.zeros(32, np.float32)
+    after = correct_biases(_program(w[:, :, None, None], bias, mean), CompileContext(ARCH)).layers[0]
+    wq = after.inputs[0].weights[:, :, 0, 0].astype(np.float64)
+    assert np.all(wq * 256 == np.round(wq * 256))  # on the grid
+    exact = x @ w.T.astype(np.float64)
+    before = np.mean(x @ wq.T - exact, axis=0)  # the mean error per output, rounded weights
+    corrected = np.mean(x @ wq.T + after.bias - exact, axis=0)
+    np.testing.assert_allclose(corrected, (1 - SHARE) * before, atol=0.02 * LSB)
+    assert np.sqrt(np.mean(before ** 2)) > 0.5 * LSB  # a mean error worth correcting
