@@ -24,19 +24,21 @@ VR = LSB * LSB / 12
 
 
 def _conv_then_per_channel() -> HirProgram:
-    """A 3x3 conv over 32 channels (288 products a sum) whose batch-norm statistics say unit
-    spread, then a standalone per-channel layer (a batch norm and ReLU no conv absorbs) with
-    weights of 8 to 15: one product a sum, on an input that carries the conv's error."""
+    """A 3x3 conv over 32 channels (288 products a sum) whose batch-norm statistics say a spread
+    of 0.05, then a standalone per-channel layer (a batch norm and ReLU no conv absorbs) with
+    weights of 8 to 15: one product a sum, on an input that carries the conv's error. Its
+    statistics are what its input gives through its weights (a ReLU of N(0, s^2) has mean
+    0.399 s and spread 0.584 s), so the estimate trusts them."""
     rng = np.random.default_rng(0)
     x = Activation("x", 32, 6, 6, 16, order="pixel")
     h = Activation("h", 16, 6, 6, 16)
     y = Activation("y", 16, 6, 6, 16, order="pixel")
     w = (rng.standard_normal((16, 32, 3, 3)) / np.sqrt(288)).astype(np.float32)
     conv = ConvLayer("conv", [ConvInput(x, weights=w)], h, np.zeros(16, np.float32), (3, 3), pads=(1, 1, 1, 1),
-                     post_ops=[Relu()], statistics=(np.zeros(16, np.float32), np.ones(16, np.float32)))
+                     post_ops=[Relu()], statistics=(np.zeros(16, np.float32), np.full(16, 0.05, np.float32)))
     scale = rng.uniform(8, 15, 16).astype(np.float32)
     bn = ConvLayer("bn", [ConvInput(h, diagonal=scale[:, None, None])], y, np.full(16, -1.0, np.float32), (1, 1),
-                   post_ops=[Relu()], statistics=(np.full(16, 0.5, np.float32), np.full(16, 0.5, np.float32)))
+                   post_ops=[Relu()], statistics=(scale * 0.05 * 0.399 - 1.0, scale * 0.05 * 0.584))
     return HirProgram("m", 16, [conv, bn], {"x": x}, {"y": y}, {"x": (1, 32, 6, 6)}, {"y": (1, 16, 6, 6)})
 
 
