@@ -30,6 +30,19 @@ def run_rtl(model, inputs, **options):
     return emulated, cosimulated
 
 
+def conv_relu(cin: int, cout: int, h: int, w: int):
+    """A 3x3 conv (pads 1) and ReLU with random weights, and the generator that made them (seed 3)."""
+    from onnx import helper
+
+    from tests.onnx_builders import make_model
+
+    rng = np.random.default_rng(3)
+    inits = {"w": rng.normal(0, 0.2, (cout, cin, 3, 3)).astype(np.float32), "b": rng.normal(0, 0.1, cout).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1] * 4),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    return make_model(nodes, [("x", [1, cin, h, w])], [("y", None)], inits), rng
+
+
 def test_tensils_speech_program_runs_bit_exact_and_clock_exact():
     model = systolix.load(SPEECH / "speech_commands_onnx_speech_robot.tmodel")
     vectors = read_vectors_csv(SPEECH / "speech_commands_input_1x8.csv", 8)
@@ -175,16 +188,8 @@ def test_a_pipelined_conv_on_the_rtl_gives_the_emulators_outputs_in_fewer_clocks
     channels' blocks streamed) loads while the array works on the other half. The RTL computes
     what the emulator does, in the clocks the rtl timing model predicts, fewer than the plain
     plan's."""
-    from onnx import helper
-
-    from tests.onnx_builders import make_model
-
     cin, cout, h, w = shape
-    rng = np.random.default_rng(3)
-    inits = {"w": rng.normal(0, 0.2, (cout, cin, 3, 3)).astype(np.float32), "b": rng.normal(0, 0.1, cout).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1] * 4),
-             helper.make_node("Relu", ["c"], ["y"], name="relu")]
-    onnx_model = make_model(nodes, [("x", [1, cin, h, w])], [("y", None)], inits)
+    onnx_model, rng = conv_relu(cin, cout, h, w)
     model = systolix.compile(onnx_model, "pynqz1", host=False)
     emulated, rtl = run_rtl(model, {"x": rng.normal(0, 1, (1, cin, h, w)).astype(np.float32)})
     assert np.array_equal(emulated.raw_outputs["y"], rtl.raw_outputs["y"])

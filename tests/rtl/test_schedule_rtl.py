@@ -5,21 +5,15 @@ emulator does, in the clocks the rtl timing model predicts, fewer than the unsch
 from __future__ import annotations
 
 import numpy as np
-from onnx import helper
 
 import systolix
 from systolix.perf.rtl_timing import simulate_rtl
-from tests.onnx_builders import make_model
-from tests.rtl.test_programs import run_rtl
+from tests.rtl.test_programs import conv_relu, run_rtl
 
 
 def test_a_scheduled_conv_on_the_rtl_gives_the_emulators_outputs_in_fewer_clocks():
     cin, cout, h, w = 16, 32, 16, 16  # 4 output groups of 8 lanes, a 3x3 kernel: 18 weight blocks a group
-    rng = np.random.default_rng(3)
-    inits = {"w": rng.normal(0, 0.2, (cout, cin, 3, 3)).astype(np.float32), "b": rng.normal(0, 0.1, cout).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1] * 4),
-             helper.make_node("Relu", ["c"], ["y"], name="relu")]
-    onnx_model = make_model(nodes, [("x", [1, cin, h, w])], [("y", None)], inits)
+    onnx_model, rng = conv_relu(cin, cout, h, w)
     model = systolix.compile(onnx_model, "pynqz1", host=False)
     plain = systolix.compile(onnx_model, "pynqz1", host=False, schedule=False)
     feeds = {"x": rng.normal(0, 1, (1, cin, h, w)).astype(np.float32)}
