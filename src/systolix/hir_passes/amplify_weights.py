@@ -102,9 +102,8 @@ def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.nda
         # taken. Its weights stay exact (at least 2^-bp) and the undo 2^-k representable.
         smallest = min(float(np.min(np.abs(inp.coefficients))) for inp in layer.inputs)
         lowest = max(math.ceil(math.log2(2.0 ** -top / smallest)), -math.floor(math.log2(dtype.max_value)))
-        needed = reach
-        for c in np.flatnonzero(needed > dtype.max_value):
-            gains[c] = max(lowest, math.floor(math.log2(dtype.max_value / float(needed[c]))))
+        for c in np.flatnonzero(reach > dtype.max_value):
+            gains[c] = max(lowest, math.floor(math.log2(dtype.max_value / float(reach[c]))))
     return gains
 
 
