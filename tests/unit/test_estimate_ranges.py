@@ -157,3 +157,24 @@ def test_a_later_batch_norm_narrower_than_its_inputs_through_the_weights_keeps_t
     ranges = estimate_ranges(hir, CompileContext(ARCH)).ranges
     np.testing.assert_allclose(ranges[0].peak, SIGMAS * 1.0)  # the first batch norm's own statistics
     assert np.all(ranges[1].peak > 10 * SIGMAS * 0.1), ranges[1].peak  # not the second's
+
+
+@pytest.mark.needs_emulator
+def test_an_average_pool_of_large_values_takes_a_negative_estimated_gain_and_does_not_saturate():
+    # Values near 40 (a conv's bias): the pool's sums hold several times the mean, past the
+    # type's 128, unless its estimated range gives it a negative gain as a measured one would.
+    from onnx import helper
+
+    from systolix.compiler import compile_model
+    from tests.onnx_builders import make_model
+
+    inits = {"w": (np.eye(4, dtype=np.float32) * 0.5)[:, :, None, None], "b": np.full(4, 40.0, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", kernel_shape=[1, 1]),
+             helper.make_node("GlobalAveragePool", ["c"], ["y"], name="pool")]
+    model = make_model(nodes, [("x", [1, 4, 8, 8])], [("y", None)], inits)
+    compiled = compile_model(model, ARCH)
+    assert min(int(np.min(g)) for g in compiled.summary.gains.values()) < 0
+    xs = np.random.default_rng(0).standard_normal((4, 1, 4, 8, 8)).astype(np.float32)
+    got, saturated = compiled.run_counting({"x": xs}, batch=True)
+    assert not np.any(saturated)
+    np.testing.assert_allclose(got["y"].reshape(4, 4), 40.0 + 0.5 * xs.mean(axis=(3, 4)).reshape(4, 4), atol=0.05)
