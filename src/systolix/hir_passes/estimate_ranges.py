@@ -13,10 +13,10 @@ its synthetic sums are moved and scaled per channel to them before its post-ops 
 estimate follows the model's own statistics wherever it states them (an input distribution
 unlike the synthetic one is corrected at the first batch norm; the inputs of a program after a
 host op are taken as the model's are), except where a later batch norm's statistics are
-narrower than what its inputs give through the weights: there the synthetic range is kept. A channel's range is its mean plus
-``SIGMAS`` standard deviations (the statistics', or the synthetic sums'), times as much further
-as its partial sums went (an average pool's, before its scaling): what ``amplify_weights`` keeps
-below saturation.
+narrower than what its inputs give through the weights: there the synthetic range is kept. A
+channel's range is its mean plus ``SIGMAS`` standard deviations (the statistics', or the
+synthetic sums'), times as much further as its partial sums went (an average pool's, before its
+scaling): what ``amplify_weights`` keeps below saturation.
 
 Measured against the largest sums of 16 real inputs (``scripts/agreement.py``'s models), a
 channel's real peak reaches up to 12 standard deviations on the project's image-like inputs (heavy
@@ -118,7 +118,7 @@ def estimate(hir: HirProgram, seed: int = SEED) -> dict[int, LayerRange]:
             # later batch norm whose statistics give a channel a narrower range than its inputs
             # do through the weights contradicts them (statistics not fitted to these weights,
             # as in random-weight benchmark models: ResNet-50 v2's last batch norm and average
-            # pool saturated, 113 LSB RMS at the logits): per channel, the wider is kept.
+            # pool saturated, about 100 LSB RMS at the logits): per channel, the wider is kept.
             trusted = (np.abs(target_mean) + SIGMAS * target_std >= np.abs(mean) + SIGMAS * std) | (not upstream)
             sums = np.where(trusted[:, None, None], moved, sums)
             mean, std = np.where(trusted, target_mean, mean), np.where(trusted, target_std, std)
@@ -133,8 +133,8 @@ def estimate(hir: HirProgram, seed: int = SEED) -> dict[int, LayerRange]:
             # How much of an error in the sums reaches the output (a ReLU passes the positive
             # values' only): the mean squared slope of the post-ops, by a small step per channel.
             step = (STEP * np.maximum(std, 1e-6))[:, None, None]
-            moved = np.stack([_post(sums[r].astype(np.float64) + step, post, runs.run(r)) for r in range(runs.count)])
-            slope = _mean_square((moved - values) / step[None])
+            stepped = np.stack([_post(sums[r].astype(np.float64) + step, post, runs.run(r)) for r in range(runs.count)])
+            slope = _mean_square((stepped - values) / step[None])
             sums = values
         ranges[index] = LayerRange(peak, peak, RUNS * out.P, estimated=True,
                                    input_mean_square=[_mean_square(runs.read(inp.act)) for inp in layer.inputs],
