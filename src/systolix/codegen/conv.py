@@ -116,8 +116,20 @@ def _block_matmuls(e: Emitter, layer: ConvLayer, kh: int, kw: int, rows: range, 
         e.matmul(lbase + (ih - ih_lo) * W + iw, acc + (oh - oh0) * OW + w0, w1 - w0, sw, accumulate)
 
 
-def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: MemoryMap, e: Emitter) -> None:
+def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: MemoryMap, e: Emitter,
+              one_image: bool = False, loaded: bool = False) -> None:
+    """The layer's instructions; in a batch program, for every image (``one_image``: only the
+    image ``memory`` addresses; ``loaded``: its resident weights and SIMD constants are already
+    where the plan puts them, from the image before)."""
     t = plan.detail
+    if memory.batch > 1 and t.contexts and not one_image:
+        # A pipelined plan (no two images share a weight tile: ``systolix.planning.tiling.conv``)
+        # runs image after image, as it would in B programs of one image.
+        # Nothing else writes the plan's weight buffers and constant accumulators in between, so
+        # the first image's loads serve the others.
+        for b in range(memory.batch):
+            emit_conv(layer, plan, consts, memory.for_image(b), e, one_image=True, loaded=b > 0)
+        return
     N = e.N
     out = layer.output
     KH, KW = layer.kernel
@@ -137,13 +149,14 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
     # the constant image in DRAM1 (streamed, chunk by chunk).
     w_first = offsets[0][0] if offsets else 0
     if t.resident and not consts_local:
-        e.move(CONSTS + w_first, ctx[0][0], t.weights_size)
+        if not loaded:
+            e.move(CONSTS + w_first, ctx[0][0], t.weights_size)
         to_local = lambda a, k: ctx[k][0] + (a - w_first)  # noqa: E731
     elif consts_local:
         to_local = lambda a, k: CONSTS + a  # noqa: E731
     else:
         to_local = None
-    if n_simd:
+    if n_simd and not loaded:
         if consts_local:
             e.move(CONSTS + consts.simd_offset, acc_const, n_simd)
         else:
@@ -156,10 +169,10 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
     vh = [_valid(OH, H, k, sh, dh, pt) for k in range(KH)]
     # With output phases a block's kw is its phase, which reads every packed pixel of its rows.
     vw = [(0, OW)] * layer.phases if layer.phases > 1 else [_valid(OW, W, k, sw, dw, pl) for k in range(KW)]
-    if memory.batch > 1:
+    if memory.batch > 1 and not one_image:
         # A batch program: ``t.images`` images at a time stream through each weight tile, image j
         # with its band ``t.band_size`` vectors after image j-1's and its tile ``tile`` after
-        # (plans of batch programs are never pipelined: ``systolix.planning.tiling.conv``).
+        # (plans that share tiles are never pipelined: ``systolix.planning.tiling.conv``).
         tile_size = t.rows * OW * t.groups
         local = None if to_local is None else (lambda a: to_local(a, 0))
         for first in range(0, memory.batch, t.images):
@@ -294,7 +307,7 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
         # Resident: stage s in context s % 2 (a copy of the weights in each); the band of stage
         # s + 1 loads before stage s computes, and the save of stage s drains behind stage s + 1.
         bands = {0: load_band(stages[0], 0, all_groups)}
-        if len(stages) > 1:
+        if len(stages) > 1 and not loaded:
             e.move(CONSTS + w_first, ctx[1][0], t.weights_size)
         for s, stage in enumerate(stages):
             k = s % 2

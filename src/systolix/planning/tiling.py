@@ -191,14 +191,30 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
         return R, ng, resident
 
     images, (R, ng, resident) = 1, fit(1)
-    # One image a program: the tile and the double-buffering are chosen by cost. A batch program
-    # keeps the first fit, so that more images can share its weight tiles (below); its images
-    # are not pipelined across the lock halves (yet).
-    if R and not diagonal and plan.memory.batch == 1:
-        R, ng, resident, pipelined = _choose(layer, consts, arch, (R, ng, resident), rows_in, local_need,
-                                             acc_room // tile_copies, local_avail,
-                                             pipeline and not consts_local and region0 == 0, consts_local,
-                                             schedule and tile_copies == 1)
+    # A batch program streams as many images through each weight tile as keep the tile of one
+    # image as it is (the same rows, groups and weight residency): each image then streams
+    # exactly what it would alone, and a weight tile loaded once serves them all. Shrinking the
+    # tile to fit more images would load the weights as often per image, in more, shorter stages
+    # (measured slower: more instructions, less overlap).
+    if R:
+        for k in range(plan.memory.batch, 1, -1):
+            if fit(k) == (R, ng, resident):
+                images = k
+                break
+    # One image at a time (any program where no two images share a tile): the tile and the
+    # double-buffering are chosen by cost. A batch program takes that plan only if it is
+    # pipelined, and runs it image after image (``systolix.codegen.conv``); otherwise it keeps
+    # the first fit, its images one after another with their constants loaded once (measured on
+    # ResNet-20 v2 and YOLOv4-tiny at batch 4: the unpipelined choices of one image were slower
+    # there). Images that share tiles keep the first fit and are not pipelined.
+    if R and not diagonal and images == 1:
+        chosen = _choose(layer, consts, arch, (R, ng, resident), rows_in, local_need,
+                         acc_room // tile_copies, local_avail,
+                         pipeline and not consts_local and region0 == 0, consts_local,
+                         schedule and tile_copies == 1)
+        pipelined = chosen[3]
+        if plan.memory.batch == 1 or pipelined:
+            R, ng, resident = chosen[:3]
         if pipelined:
             return _pipelined_conv(layer, consts, arch, R, ng, resident, rows_in, local_need, H, W, sum_gi,
                                    _acc_tiles(schedule, tile_copies, R * OW * ng, acc_room), schedule)
@@ -207,14 +223,6 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
             f"layer {layer.name!r} needs {local_need(1, 1) + (0 if resident else 1 + N)} vectors of local memory for one output row "
             f"({rows_in(1)} input rows x {W} pixels x {1 if diagonal else sum_gi} channel groups, {OW} staging, {N + 1} weights) "
             f"but the architecture has {local_avail}{' after the constants' if region0 else ''}")
-    # As many images as keep the tile of one image as it is (the same rows, groups and weight
-    # residency): each image then streams exactly what it would alone, and a weight tile loaded
-    # once serves them all. Shrinking the tile to fit more images would load the weights as
-    # often per image, in more, shorter stages (measured slower: more instructions, less overlap).
-    for k in range(plan.memory.batch, 1, -1):
-        if fit(k) == (R, ng, resident):
-            images = k
-            break
     w_base = region0
     if resident:
         w_size = 0 if consts_local else total_w
@@ -226,7 +234,7 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
     acc_const = arch.accumulator_depth - n_simd
     stages = _row_stages(OH, R, H, sh, pt, KH, dh)
     tile = R * OW * ng
-    acc_tiles = _acc_tiles(schedule and images == 1 and plan.memory.batch == 1, tile_copies, tile, acc_room)
+    acc_tiles = _acc_tiles(schedule and plan.memory.batch == 1, tile_copies, tile, acc_room)
     tiles = images * tile * acc_tiles
     weights = "in place" if consts_local else "resident" if resident else "streamed"
     return LayerPlan(
