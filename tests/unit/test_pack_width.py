@@ -149,3 +149,17 @@ def test_without_narrow_tensors_the_program_is_the_same():
     packed = compile_model(model, "pynqz1", host=False)
     plain = compile_model(model, "pynqz1", host=False, pack_width=False)
     assert packed.artifacts == plain.artifacts
+
+
+@pytest.mark.needs_emulator
+def test_a_batch_program_packs_too():
+    """Batch 2: each image's raw outputs are the packed batch-1 program's."""
+    model, feeds = bottleneck()
+    one = compile_model(model, "ultra96v2", host=False)
+    two = compile_model(model, "ultra96v2", host=False, batch=2)
+    assert two.summary.segments[0].hir.widths
+    other = {"x": -feeds["x"]}
+    got = two.run_detailed({"x": np.concatenate([feeds["x"], other["x"]])[:, None]}).raw_outputs
+    for name in ("y", "e_c"):
+        np.testing.assert_array_equal(got[name][0], one.run_detailed(feeds).raw_outputs[name][0])
+        np.testing.assert_array_equal(got[name][1], one.run_detailed(other).raw_outputs[name][0])
