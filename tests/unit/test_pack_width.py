@@ -18,7 +18,10 @@ from onnx import helper
 
 from systolix.compiler import compile_model
 from systolix.hir_passes.pack_width import pack_width
+from systolix.ir import same
 from systolix.ir.evaluate import run_reference
+from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
+from systolix.ir.postops import Relu, Scale
 from systolix.perf.rtl_timing import simulate_rtl
 from tests.error_model import output_bounds
 from tests.onnx_builders import ir_of, make_model
@@ -68,6 +71,41 @@ def packed_by_hand(w: np.ndarray, role: str, p: int = 2) -> np.ndarray:
             out[i * co:(i + 1) * co, :, :, i:i + kw] = w
         return out
     raise ValueError(role)
+
+
+def test_the_pass_gives_the_hir_expected_by_hand():
+    """Entry (1x1 from 8 channels), inside (1x3, pads 1), exit (1x1 to 8 channels) on 8 lanes:
+    the two 4-channel tensors become 8x2x2, the weights written out tap by tap."""
+    rng = np.random.default_rng(0)
+    w1, w2, w3 = (rng.normal(size=s).astype(np.float32) for s in ((4, 8, 1, 1), (4, 4, 1, 3), (8, 4, 1, 1)))
+    b1, b2, b3, s2 = (rng.normal(size=n).astype(np.float32) for n in (4, 4, 8, 4))
+
+    def hir(t1, t2, layers, widths):
+        return HirProgram("t", 8, layers, {"x": x}, {"y": y}, {"x": (1, 8, 2, 4)}, {"y": (1, 8, 2, 4)}, widths=widths)
+
+    x, y = Activation("x", 8, 2, 4, 8, order="pixel"), Activation("y", 8, 2, 4, 8, order="pixel")
+    t1, t2 = Activation("t1", 4, 2, 4, 8), Activation("t2", 4, 2, 4, 8)
+    before = hir(t1, t2, [
+        ConvLayer("entry", [ConvInput(x, weights=w1)], t1, b1, (1, 1), post_ops=[Relu()]),
+        ConvLayer("inside", [ConvInput(t1, weights=w2)], t2, b2, (1, 3), pads=(0, 1, 0, 1), post_ops=[Scale(values=s2), Relu()]),
+        ConvLayer("exit", [ConvInput(t2, weights=w3)], y, b3, (1, 1))], {})
+    p1, p2 = Activation("t1", 8, 2, 2, 8), Activation("t2", 8, 2, 2, 8)
+    e1 = np.zeros((8, 8, 1, 2), np.float32)  # output lane block i: pixel 2j + i, kernel column i
+    e1[:4, :, :, 0], e1[4:, :, :, 1] = w1[..., 0], w1[..., 0]
+    e2 = np.zeros((8, 8, 1, 3), np.float32)  # packed taps j-1, j, j+1
+    e2[:4, 4:, :, 0] = w2[..., 0]  # pixel 2j's left neighbour: lane block 1 of packed pixel j-1
+    e2[:4, :4, :, 1], e2[:4, 4:, :, 1] = w2[..., 1], w2[..., 2]
+    e2[4:, :4, :, 1], e2[4:, 4:, :, 1] = w2[..., 0], w2[..., 1]
+    e2[4:, :4, :, 2] = w2[..., 2]  # pixel 2j + 1's right neighbour: lane block 0 of packed pixel j+1
+    e3 = np.zeros((8, 8, 1, 2), np.float32)  # phase i reads lane block i
+    e3[:, :4, :, 0], e3[:, 4:, :, 1] = w3[..., 0], w3[..., 0]
+    expected = hir(p1, p2, [
+        ConvLayer("entry", [ConvInput(x, weights=e1)], p1, np.tile(b1, 2), (1, 2), stride=(1, 2), post_ops=[Relu()]),
+        ConvLayer("inside", [ConvInput(p1, weights=e2)], p2, np.tile(b2, 2), (1, 3), pads=(0, 1, 0, 1),
+                  post_ops=[Scale(values=np.tile(s2, 2)), Relu()]),
+        ConvLayer("exit", [ConvInput(p2, weights=e3)], y, b3, (1, 1), phases=2)], {"t1": 2, "t2": 2})
+    assert same(pack_width(before), expected)
+    assert same(pack_width(before, type("Off", (), {"pack_width": False})()), before)
 
 
 def test_the_pass_rewrites_each_layer_as_defined():
