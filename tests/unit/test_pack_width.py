@@ -17,9 +17,9 @@ import pytest
 from onnx import helper
 
 from systolix.compiler import compile_model
-from systolix.hir_passes.pack_width import pack_width
+from systolix.hir_passes.pack_width import pack_width, unpack
 from systolix.ir import same
-from systolix.ir.evaluate import run_reference
+from systolix.ir.evaluate import evaluate, run_reference
 from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
 from systolix.ir.postops import Relu, Scale
 from systolix.perf.rtl_timing import simulate_rtl
@@ -149,6 +149,11 @@ def test_the_pass_rewrites_each_layer_as_defined():
     got = run_reference(after, feeds)
     for name, want in zip(("y", "e_c"), expected):
         np.testing.assert_allclose(got[name], want, atol=1e-4)
+    # An intermediate tensor, read back and unpacked, is the unpacked HIR's.
+    plain, packed = evaluate(before, feeds), evaluate(after, feeds)
+    for layer, old_layer in zip(after.layers, before.layers):
+        if layer.output.name in after.widths:
+            np.testing.assert_allclose(unpack(packed.read(layer.output), 2), plain.read(old_layer.output), atol=1e-9)
 
 
 def test_a_region_whose_exit_does_not_fit_stays_plain():

@@ -30,7 +30,9 @@ A tensor is packed only if every layer around it can be rewritten so; a conv tha
 takes its tensors out, until what is left is consistent. The model's inputs and outputs, views,
 slices and tensors read by other layers stay plain, so whatever reads a model output (the
 driver, ``systolix.accuracy``, which makes the tensors it compares outputs) sees the plain
-layout; ``HirProgram.widths`` names the packed tensors and the HIR printer says so.
+layout; ``HirProgram.widths`` names the packed tensors and the HIR printer says so. A reader of
+an intermediate tensor's value (``systolix.ir.evaluate``'s storage holds what the program stores)
+gets the plain ``C x H x W`` with ``unpack``.
 """
 
 from __future__ import annotations
@@ -213,6 +215,12 @@ def _rewrite(layer: ConvLayer, role: str, p: int, new: dict[int, Activation]) ->
         if layer.statistics is not None:
             changes.update(statistics=tuple(np.tile(s, p) for s in layer.statistics))
     return dataclasses.replace(layer, inputs=inputs, output=out, **changes)
+
+
+def unpack(value: np.ndarray, p: int) -> np.ndarray:
+    """A packed tensor's ``[p*C, H, W/p]`` value as the plain ``[C, H, W]``."""
+    pc, h, w = value.shape
+    return value.reshape(p, pc // p, h, w).transpose(1, 2, 3, 0).reshape(pc // p, h, w * p)
 
 
 def pack_width(hir: HirProgram, ctx=None) -> HirProgram:
