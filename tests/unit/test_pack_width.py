@@ -206,3 +206,19 @@ def test_a_batch_program_packs_too():
     for name in ("y", "e_c"):
         np.testing.assert_array_equal(got[name][0], one.run_detailed(feeds).raw_outputs[name][0])
         np.testing.assert_array_equal(got[name][1], one.run_detailed(other).raw_outputs[name][0])
+
+
+def test_the_cli_option_turns_it_off(tmp_path):
+    from typer.testing import CliRunner
+
+    from systolix.cli import app
+
+    model, _ = bottleneck()
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    for flag, out in (([], "on"), (["--no-pack-width"], "off")):
+        result = CliRunner().invoke(app, ["compile", str(path), "--arch", "ultra96v2", "--no-host", "-o", str(tmp_path / out), "-q", *flag])
+        assert result.exit_code == 0, result.output
+    on, off = ((tmp_path / d / "m_16x16.tprog").read_bytes() for d in ("on", "off"))
+    assert off == compile_model(model, "ultra96v2", host=False, pack_width=False, name="m_16x16").artifacts["m_16x16.tprog"]
+    assert on != off
