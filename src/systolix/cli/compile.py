@@ -131,6 +131,9 @@ def compile_command(
     no_pack_input: bool = typer.Option(False, "--no-pack-input",
                                        help="Keep every input in the plain layout (by default a few-channel input read by one "
                                             "conv is packed for it: space-to-depth, im2col or row windows, docs/tmodel-extension.md)."),
+    no_pack_width: bool = typer.Option(False, "--no-pack-width",
+                                       help="Keep every tensor one pixel a vector (by default tensors of at most half a vector's "
+                                            "channels are stored two pixels a vector and the layers around them rewritten so)."),
     no_schedule: bool = typer.Option(False, "--no-schedule",
                                      help="Emit conv tiles one after another (by default consecutive tiles alternate between "
                                           "two accumulator buffers where they fit, and each tile's post-ops and save are "
@@ -172,7 +175,7 @@ def compile_command(
 
         compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_step,
                                  calibration=calibrate, split=not no_split, dump_ir=dump_ir,
-                                 pack_inputs=not no_pack_input, estimate_gains=estimate_gains, schedule=not no_schedule,
+                                 pack_inputs=not no_pack_input, pack_width=not no_pack_width, estimate_gains=estimate_gains, schedule=not no_schedule,
                                  batch=batch)
     path = compiled.save(output)
     if quiet:

@@ -164,7 +164,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
                   listing: bool = False, name: str | None = None,
                   progress: Callable[[str, int, int], None] | None = None,
                   calibration: Any = None, split: bool = True, dump_ir: str | Path | None = None,
-                  pack_inputs: bool = True, estimate_gains: bool = True,
+                  pack_inputs: bool = True, pack_width: bool = True, estimate_gains: bool = True,
                   pipeline: bool = True, schedule: bool = True, batch: int | None = None) -> CompiledModel | CompiledPartitionedModel:
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
     ``.tarch`` path or ``Architecture``).
@@ -180,6 +180,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     ``dump_ir``: a directory to write every IR after every pass into, as text (and check each).
     ``pack_inputs``: let the driver pack a few-channel input for the conv that reads it
     (``systolix.hir_passes.pack_inputs``; ``False``: every input in the plain layout).
+    ``pack_width``: store tensors of at most N/2 channels two pixels a vector, every layer around
+    them rewritten on the packed grid (``systolix.hir_passes.pack_width``; ``False``: one pixel a vector).
     ``estimate_gains``: without calibration data, amplify each output channel's weights by gains
     sized from ranges estimated from the model itself (``systolix.hir_passes.estimate_ranges``);
     on by default, ``False`` for the plain weights (one binary point, no gains).
@@ -216,7 +218,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         name = f"{_safe_name(stem)}_{_safe_name(str(arch.array_size))}x{arch.array_size}"
     samples = None if calibration is None else calibration_samples(calibration, graph)
     ctx = CompileContext(arch, strategy, samples, host, split, listing, name, progress=progress, onnx_model=onnx_model,
-                         pack_inputs=pack_inputs, estimate_gains=estimate_gains, pipeline=pipeline, schedule=schedule, batch=batch)
+                         pack_inputs=pack_inputs, pack_width=pack_width, estimate_gains=estimate_gains, pipeline=pipeline, schedule=schedule, batch=batch)
     program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
     graph = program.graph  # (a layer too large for DRAM1 is split into several nodes)
     segments = program.segments

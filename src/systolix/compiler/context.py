@@ -39,6 +39,8 @@ class CompileContext:
     before the current one (``split_constants`` cuts programs)."""
     pack_inputs: bool = True
     """Pack few-channel inputs for the conv that reads them (``systolix.hir_passes.pack_inputs``)."""
+    pack_width: bool = True
+    """Store narrow tensors two pixels a vector (``systolix.hir_passes.pack_width``)."""
     pipeline: bool = True
     """Let conv layers double-buffer across the two lock halves of local memory
     (``systolix.planning.tiling``) when its cost model prefers it."""

@@ -9,7 +9,7 @@
                  [split long reductions, estimate ranges, tensor exponents, amplify weights,
                   correct biases: plain compiles (estimated gains, the default)]
                  [split long reductions, measure ranges, tensor exponents, amplify weights,
-                  round weights: calibrated compiles], pack inputs--> HIR --place constants--> Plan
+                  round weights: calibrated compiles], pack inputs, pack width--> HIR --place constants--> Plan
     Program --split constants--> Program
     per segment: Plan --allocate memory, tile layers--> Plan --emit--> LIR
                  --bind memories, roll up, schedule--> LIR --encode--> Artifacts
@@ -34,6 +34,7 @@ from systolix.hir_passes.fold_batch_norms import fold_batch_norms
 from systolix.hir_passes.fuse_post_ops import fuse_post_ops
 from systolix.hir_passes.measure_ranges import measure_ranges
 from systolix.hir_passes.pack_inputs import pack_inputs
+from systolix.hir_passes.pack_width import pack_width
 from systolix.hir_passes.round_weights import round_weights
 from systolix.hir_passes.split_long_reductions import split_long_reductions
 from systolix.hir_passes.split_wide_inputs import split_wide_inputs
@@ -71,6 +72,7 @@ PASSES = (
     Pass("correct biases", correct_biases, SEGMENT),
     Pass("round weights", round_weights, SEGMENT),
     Pass("pack inputs", pack_inputs, SEGMENT),
+    Pass("pack width", pack_width, SEGMENT),
     Pass("place constants", place_constants, SEGMENT),
     Pass("split constants", split_constants, MODEL),
     Pass("allocate memory", allocate_memory, SEGMENT),

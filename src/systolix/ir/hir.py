@@ -345,6 +345,10 @@ class HirProgram(Structural):
     packs: dict[str, dict] = field(default_factory=dict)
     """Inputs the driver packs before laying them out (``systolix.hir_passes.pack_inputs``):
     the activation is the packed tensor; the ``.tmodel``'s ``pack`` field as a dict."""
+    widths: dict[str, int] = field(default_factory=dict)
+    """Tensors stored ``p`` pixels of a row a vector (``systolix.hir_passes.pack_width``), by name:
+    the activation is the packed ``p*C x H x W/p`` tensor, lanes ``[i*C, (i+1)*C)`` of packed
+    pixel ``(y, j)`` holding pixel ``(y, p*j + i)``."""
     gains: dict[str, np.ndarray] = field(default_factory=dict)
     """Calibrated compiles (``systolix.hir_passes.amplify``): per conv layer whose weights were
     amplified, each output channel's exponent."""
@@ -373,6 +377,10 @@ class HirProgram(Structural):
                 text += f"\n    calibrated gain 2^{int(g.min())}..2^{int(g.max())}"
             if layer.output.root()[0].name in self.exponents and layer.output.parent is None:
                 text += f"\n    output stored at exponent {self.exponents[layer.output.name]} (value x 2^{self.exponents[layer.output.name]})"
+            if layer.output.name in self.widths:
+                p, out = self.widths[layer.output.name], layer.output
+                text += (f"\n    output packed {p} pixels a vector: {out.C // p}x{out.H}x{out.W * p}, pixel (y, {p}*x + i) in"
+                         f" lanes i*{out.C // p}.. of vector (y, x)")
             if layer.name in self.rounded:
                 text += "\n    weights rounded to the samples (GPTQ)"
             lines.append(f"{k:4d} {text}")
