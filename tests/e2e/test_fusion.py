@@ -1,0 +1,132 @@
+"""Fusions that keep a layer's data where it is (``systolix.hir_passes.fuse_pools``,
+``fuse_preactivations``) on a narrow ResNet-50 v2 written as a torch module: its stem (conv,
+zero Pad, 3x3/2 max pool), a pre-activation block (batch norm + ReLU of the block input, which
+the identity shortcut reads raw) and a downsampling block whose shortcut is a 1x1 max pool of
+stride 2, as Keras' ResNet50V2 has them.
+
+The fused programs' raw outputs are bit for bit the unfused ones' (the same rounded values in
+the same order), within the error model's bound of onnxruntime, and the pass's HIR is the
+expected one."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+
+import systolix
+from tests.error_model import output_bounds
+from tests.onnx_builders import ir_of
+
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
+
+class PreactNet(nn.Module):
+    def __init__(self, c=16, pad=True):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, 2, 1)
+        # Keras pads with zeros before the pool; torch's own pool pads with minus infinity.
+        self.pad, self.pool = (nn.ZeroPad2d(1), nn.MaxPool2d(3, 2)) if pad else (nn.Identity(), nn.MaxPool2d(3, 2, 1))
+        self.bn1, self.a1, self.b1 = nn.BatchNorm2d(c), nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.Conv2d(c, c, 1)
+        self.bn2, self.a2, self.b2 = nn.BatchNorm2d(c), nn.Conv2d(c, c, 3, 2, 1, bias=False), nn.Conv2d(c, c, 1)
+        self.shortcut = nn.MaxPool2d(1, 2)
+        self.post = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        x = self.pool(self.pad(self.stem(x)))
+        x = x + self.b1(torch.relu(self.a1(torch.relu(self.bn1(x)))))
+        x = self.shortcut(x) + self.b2(torch.relu(self.a2(torch.relu(self.bn2(x)))))
+        return torch.relu(self.post(x))
+
+
+def exported(pad=True) -> onnx.ModelProto:
+    torch.manual_seed(0)
+    module = PreactNet(pad=pad)
+    module.train()
+    for bn in module.modules():
+        if isinstance(bn, nn.BatchNorm2d):
+            bn.momentum = None
+            with torch.no_grad():  # a trained network's scales and shifts, not the identity
+                bn.weight.uniform_(0.5, 1.5)
+                bn.bias.uniform_(-0.5, 0.5)
+    with torch.no_grad():
+        for _ in range(3):
+            module(torch.randn(8, 3, 24, 24))
+    module.eval()
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, torch.randn(1, 3, 24, 24), buf, input_names=["x"], output_names=["y"], opset_version=17, dynamo=False)
+    return onnx.load_from_string(buf.getvalue())
+
+
+@pytest.fixture(scope="module")
+def model():
+    return exported()
+
+
+def test_pool_passes_take_the_pad_and_the_strided_shortcut(model):
+    kinds = lambda hir: [(layer.kind, "+".join(layer.ops)) for layer in hir.layers]  # noqa: E731
+    before = ir_of(model, "ultra96v2", until="fuse post-ops")
+    after = ir_of(model, "ultra96v2", until="fold pads into pools")
+    assert kinds(before)[1:3] == [("conv", "Pad"), ("maxpool", "MaxPool")]
+    assert kinds(after) == kinds(before)[:1] + [("maxpool", "Pad+MaxPool")] + kinds(before)[3:]
+    pool = after.layers[1]
+    assert pool.zero_pads and pool.pads == (1, 1, 1, 1) and "pads 1/1/1/1 (zeros)" in after.text()
+    assert pool.input is after.layers[0].output and pool.output.H == 6  # reads the stem's map unpadded
+    # The conv computing the first block's sum also saves its subsampled copy, after its add.
+    before = ir_of(model, "ultra96v2", until="pack inputs")
+    after = ir_of(model, "ultra96v2", until="fuse strided pools")
+    assert kinds(before)[5] == ("maxpool", "MaxPool") and len(after.layers) == len(before.layers) - 1
+    producer = after.layers[4]
+    assert producer.ops == ["Conv", "Add", "MaxPool"] and [p.kind for p in producer.post_ops] == ["mul", "add", "save"]
+    assert producer.post_ops[-1].stride == (2, 2) and [a.H for a in producer.writes()] == [6, 3]
+    assert "save a copy to /shortcut/MaxPool_output_0 16x3x3 (every 2th row's every 2th pixel)" in after.text()
+    off = ir_of(model, "ultra96v2", until="fuse strided pools", fuse_pools=False)
+    assert kinds(off)[1:3] == [("conv", "Pad"), ("maxpool", "MaxPool")] and len(off.layers) == len(before.layers) + 1
+
+
+def test_preactivation_pass_moves_batch_norms_into_the_producers_tails(model):
+    before = ir_of(model, "ultra96v2", until="fuse strided pools", fuse_pools=False)
+    after = ir_of(model, "ultra96v2", until="fuse preactivations", fuse_pools=False, fuse_preactivations=True)
+    bns = [layer for layer in before.layers if layer.ops == ["BatchNormalization", "Relu"]]
+    assert len(bns) == 3  # bn1 (after the stem's pool), bn2 and post (each after a conv's residual add)
+    assert len(after.layers) == len(before.layers) - 2
+    tails = [[p.kind for p in layer.post_ops] for layer in after.layers if "BatchNormalization" in layer.ops and "Add" in layer.ops]
+    # The raw sum saved (the shortcut reads it too), then the scale, the shift, the batch norm
+    # layer's own post-ops (its gain undone, the ReLU); the last sum only feeds its batch norm.
+    assert tails == [["mul", "add", "save", "mul", "add_channels", "mul", "relu"], ["mul", "add", "mul", "add_channels", "mul", "relu"]]
+    fused = after.layers[5]
+    assert [a.name for a in fused.writes()] == [bns[1].output.name, "/Add_output_0"]
+    assert fused.post_ops[3].values.tolist() == bns[1].inputs[0].diagonal[:, 0, 0].tolist()
+    assert fused.post_ops[4].values.tolist() == bns[1].bias.tolist()
+
+
+@pytest.mark.parametrize("strategy", ["local-isolated", "local-vars-and-consts"])
+def test_fused_programs_are_bit_exact_with_the_unfused_ones(strategy):
+    # Without the zero Pad (whose copy the exponents treat as a tensor of its own) the fused
+    # program computes the same rounded values as the unfused one, in the same order.
+    model = exported(pad=False)
+    x = np.random.default_rng(1).standard_normal((1, 3, 24, 24)).astype(np.float32)
+    plain = systolix.compile(model, "ultra96v2", strategy=strategy, fuse_pools=False)
+    fused = systolix.compile(model, "ultra96v2", strategy=strategy, fuse_preactivations=True)
+    assert len(fused.manifest.extension.layers) == len(plain.manifest.extension.layers) - 3
+    run_fused, run_plain = fused.run_detailed({"x": x}), plain.run_detailed({"x": x})
+    assert np.array_equal(run_fused.raw_outputs["y"], run_plain.raw_outputs["y"])
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert float(np.max(np.abs(run_fused.outputs["y"] - ref))) <= output_bounds(model, {"x": x})["y"]
+
+
+def test_fused_programs_are_within_the_bound(model):
+    x = np.random.default_rng(2).standard_normal((1, 3, 24, 24)).astype(np.float32)
+    fused = systolix.compile(model, "ultra96v2", fuse_preactivations=True)
+    plain = systolix.compile(model, "ultra96v2", fuse_pools=False)
+    assert len(fused.manifest.extension.layers) == len(plain.manifest.extension.layers) - 4
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert float(np.max(np.abs(fused.run({"x": x})["y"] - ref))) <= output_bounds(model, {"x": x})["y"]
