@@ -45,7 +45,7 @@ class PreactNet(nn.Module):
         return torch.relu(self.post(x))
 
 
-def exported(pad=True) -> onnx.ModelProto:
+def exported(pad=True, size=24) -> onnx.ModelProto:
     torch.manual_seed(0)
     module = PreactNet(pad=pad)
     module.train()
@@ -57,12 +57,12 @@ def exported(pad=True) -> onnx.ModelProto:
                 bn.bias.uniform_(-0.5, 0.5)
     with torch.no_grad():
         for _ in range(3):
-            module(torch.randn(8, 3, 24, 24))
+            module(torch.randn(8, 3, size, size))
     module.eval()
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, torch.randn(1, 3, 24, 24), buf, input_names=["x"], output_names=["y"], opset_version=17, dynamo=False)
+        torch.onnx.export(module, torch.randn(1, 3, size, size), buf, input_names=["x"], output_names=["y"], opset_version=17, dynamo=False)
     return onnx.load_from_string(buf.getvalue())
 
 
