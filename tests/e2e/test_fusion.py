@@ -130,3 +130,20 @@ def test_fused_programs_are_within_the_bound(model):
     assert len(fused.manifest.extension.layers) == len(plain.manifest.extension.layers) - 4
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert float(np.max(np.abs(fused.run({"x": x})["y"] - ref))) <= output_bounds(model, {"x": x})["y"]
+
+
+def test_cli_options_turn_each_fusion_off_or_on(model, tmp_path):
+    from typer.testing import CliRunner
+
+    from systolix.artifacts import TModel
+    from systolix.cli import app
+
+    onnx.save(model, tmp_path / "m.onnx")
+    layers = {}
+    for name, options in (("default", []), ("plain", ["--no-fuse-pools"]), ("all", ["--fuse-preact"])):
+        result = CliRunner().invoke(app, ["compile", str(tmp_path / "m.onnx"), "--arch", "ultra96v2", "-o", str(tmp_path / name), "-q",
+                                          *options])
+        assert result.exit_code == 0, result.output
+        manifest = TModel.load(tmp_path / name / "m_16x16.tmodel")
+        layers[name] = [("+".join(layer.ops) if layer.ops else layer.name) for layer in manifest.extension.layers]
+    assert len(layers["plain"]) == len(layers["default"]) + 2 == len(layers["all"]) + 4

@@ -139,10 +139,11 @@ def compile_command(
                                        help="Keep a zero Pad before a max pool, and a 1x1 strided max pool of a conv's output, as "
                                             "layers of their own (by default the pool takes the pads as zeros, and the conv's tail "
                                             "saves the subsampled copy)."),
-    no_fuse_preact: bool = typer.Option(False, "--no-fuse-preact",
-                                        help="Keep each per-channel batch norm (+ReLU) that reads a conv's output as its own layer "
-                                             "(by default the conv's tail computes it from the accumulators, saving the raw "
-                                             "output beside it when something else reads it: pre-activation ResNets)."),
+    fuse_preact: bool = typer.Option(False, "--fuse-preact",
+                                     help="Compute each per-channel batch norm (+ReLU) that reads a conv's output in that conv's "
+                                          "tail, from the accumulators, saving the raw output beside it when something else reads "
+                                          "it (pre-activation ResNets; off by default: it takes more accumulator clocks than the "
+                                          "layer it replaces, README Latency)."),
     batch: int = typer.Option(None, "--batch", "-b", min=1, max=1024,
                               help="Images one program runs (1 to 1024): each weight tile loaded into the array streams every "
                                    "image (default 1, or the batch the model's inputs fix). The inputs and outputs hold the "
@@ -182,7 +183,7 @@ def compile_command(
                                  calibration=calibrate, split=not no_split, dump_ir=dump_ir,
                                  pack_inputs=not no_pack_input, estimate_gains=estimate_gains, schedule=not no_schedule,
                                  batch=batch, fuse_pools=not no_fuse_pools,
-                                 fuse_preactivations=not no_fuse_preact)
+                                 fuse_preactivations=fuse_preact)
     path = compiled.save(output)
     if quiet:
         console.print(str(path))

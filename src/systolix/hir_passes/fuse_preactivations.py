@@ -38,7 +38,7 @@ def _affine(layer) -> bool:
 
 
 def fuse_preactivations(hir: HirProgram, ctx=None) -> HirProgram:
-    if not getattr(ctx, "fuse_preactivations", True):
+    if not getattr(ctx, "fuse_preactivations", False):
         return hir
     readers = reader_counts(hir)
     outputs = {id(a.root()[0]) for a in hir.outputs.values()}
