@@ -95,6 +95,7 @@ def test_pool_passes_take_the_pad_and_the_strided_shortcut(model):
 def test_preactivation_pass_moves_batch_norms_into_the_producers_tails(model):
     before = ir_of(model, "ultra96v2", until="fuse strided pools", fuse_pools=False)
     after = ir_of(model, "ultra96v2", until="fuse preactivations", fuse_pools=False, fuse_preactivations=True)
+    assert len(ir_of(model, "ultra96v2", until="fuse preactivations", fuse_pools=False, strategy="local-vars").layers) == len(before.layers)
     bns = [layer for layer in before.layers if layer.ops == ["BatchNormalization", "Relu"]]
     assert len(bns) == 3  # bn1 (after the stem's pool), bn2 and post (each after a conv's residual add)
     assert len(after.layers) == len(before.layers) - 2
@@ -114,19 +115,25 @@ def test_fused_programs_are_bit_exact_with_the_unfused_ones(strategy):
     # program computes the same rounded values as the unfused one, in the same order.
     model = exported(pad=False)
     x = np.random.default_rng(1).standard_normal((1, 3, 24, 24)).astype(np.float32)
-    plain = systolix.compile(model, "ultra96v2", strategy=strategy, fuse_pools=False)
+    plain = systolix.compile(model, "ultra96v2", strategy=strategy, fuse_pools=False, fuse_preactivations=False)
     fused = systolix.compile(model, "ultra96v2", strategy=strategy, fuse_preactivations=True)
     assert len(fused.manifest.extension.layers) == len(plain.manifest.extension.layers) - 3
     run_fused, run_plain = fused.run_detailed({"x": x}), plain.run_detailed({"x": x})
     assert np.array_equal(run_fused.raw_outputs["y"], run_plain.raw_outputs["y"])
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert float(np.max(np.abs(run_fused.outputs["y"] - ref))) <= output_bounds(model, {"x": x})["y"]
+    if strategy == "local-isolated":  # a batch program's images each as the batch-1 program computes it
+        batched = systolix.compile(model, "ultra96v2", strategy=strategy, fuse_preactivations=True, batch=2)
+        xs = np.stack([x, -x])
+        raw = batched.run_detailed({"x": xs}, batch=True).raw_outputs["y"]
+        assert np.array_equal(raw[0], run_fused.raw_outputs["y"][0])
+        assert np.array_equal(raw[1], fused.run_detailed({"x": -x}).raw_outputs["y"][0])
 
 
 def test_fused_programs_are_within_the_bound(model):
     x = np.random.default_rng(2).standard_normal((1, 3, 24, 24)).astype(np.float32)
-    fused = systolix.compile(model, "ultra96v2", fuse_preactivations=True)
-    plain = systolix.compile(model, "ultra96v2", fuse_pools=False)
+    fused = systolix.compile(model, "ultra96v2")  # both fusions by default with local-isolated
+    plain = systolix.compile(model, "ultra96v2", fuse_pools=False, fuse_preactivations=False)
     assert len(fused.manifest.extension.layers) == len(plain.manifest.extension.layers) - 4
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert float(np.max(np.abs(fused.run({"x": x})["y"] - ref))) <= output_bounds(model, {"x": x})["y"]
@@ -140,10 +147,12 @@ def test_cli_options_turn_each_fusion_off_or_on(model, tmp_path):
 
     onnx.save(model, tmp_path / "m.onnx")
     layers = {}
-    for name, options in (("default", []), ("plain", ["--no-fuse-pools"]), ("all", ["--fuse-preact"])):
+    for name, options in (("default", []), ("plain", ["--no-fuse-pools", "--no-fuse-preact"]), ("pools", ["--no-fuse-preact"]),
+                          ("vars", ["-s", "local-vars"]), ("vars_all", ["-s", "local-vars", "--fuse-preact"])):
         result = CliRunner().invoke(app, ["compile", str(tmp_path / "m.onnx"), "--arch", "ultra96v2", "-o", str(tmp_path / name), "-q",
                                           *options])
         assert result.exit_code == 0, result.output
         manifest = TModel.load(tmp_path / name / "m_16x16.tmodel")
         layers[name] = [("+".join(layer.ops) if layer.ops else layer.name) for layer in manifest.extension.layers]
-    assert len(layers["plain"]) == len(layers["default"]) + 2 == len(layers["all"]) + 4
+    assert len(layers["plain"]) == len(layers["pools"]) + 2 == len(layers["default"]) + 4
+    assert layers["vars"] == layers["pools"] and layers["vars_all"] == layers["default"]

@@ -21,6 +21,6 @@ def test_fused_layers_on_the_rtl_give_the_emulators_outputs_in_the_predicted_clo
     assert np.array_equal(emulated.raw_outputs["y"], rtl.raw_outputs["y"])
     (cycles,) = rtl.result.cycles
     assert cycles == simulate_rtl(model.program, model.arch).cycles
-    pools = systolix.compile(onnx_model, "pynqz1", host=False)
-    plain = systolix.compile(onnx_model, "pynqz1", host=False, fuse_pools=False)
+    pools = systolix.compile(onnx_model, "pynqz1", host=False, fuse_preactivations=False)
+    plain = systolix.compile(onnx_model, "pynqz1", host=False, fuse_pools=False, fuse_preactivations=False)
     assert simulate_rtl(pools.program, pools.arch).cycles < simulate_rtl(plain.program, plain.arch).cycles

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -139,11 +140,11 @@ def compile_command(
                                        help="Keep a zero Pad before a max pool, and a 1x1 strided max pool of a conv's output, as "
                                             "layers of their own (by default the pool takes the pads as zeros, and the conv's tail "
                                             "saves the subsampled copy)."),
-    fuse_preact: bool = typer.Option(False, "--fuse-preact",
+    fuse_preact: Optional[bool] = typer.Option(None, "--fuse-preact/--no-fuse-preact",  # noqa: UP045 (typer reads it)
                                      help="Compute each per-channel batch norm (+ReLU) that reads a conv's output in that conv's "
                                           "tail, from the accumulators, saving the raw output beside it when something else reads "
-                                          "it (pre-activation ResNets; off by default: it takes more accumulator clocks than the "
-                                          "layer it replaces, README Latency)."),
+                                          "it (pre-activation ResNets). Default: with the strategies that keep activations in "
+                                          "DRAM (local-isolated, local-consts), whose round trip it saves."),
     batch: int = typer.Option(None, "--batch", "-b", min=1, max=1024,
                               help="Images one program runs (1 to 1024): each weight tile loaded into the array streams every "
                                    "image (default 1, or the batch the model's inputs fix). The inputs and outputs hold the "

@@ -166,7 +166,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
                   calibration: Any = None, split: bool = True, dump_ir: str | Path | None = None,
                   pack_inputs: bool = True, estimate_gains: bool = True,
                   pipeline: bool = True, schedule: bool = True, batch: int | None = None,
-                  fuse_pools: bool = True, fuse_preactivations: bool = False) -> CompiledModel | CompiledPartitionedModel:
+                  fuse_pools: bool = True, fuse_preactivations: bool | None = None) -> CompiledModel | CompiledPartitionedModel:
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
     ``.tarch`` path or ``Architecture``).
 
@@ -192,10 +192,12 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     ``fuse_pools``: fold a constant zero Pad into the max pool reading it (the pads count as
     zeros) and save a 1x1 max pool of stride s (a subsampling) of a conv's output from that
     conv's tail (``systolix.hir_passes.fuse_pools``; ``False``: layers of their own).
-    ``fuse_preactivations`` (off by default: on the presets it costs more accumulator clocks than it
-    saves, README Latency): compute a per-channel affine layer (a pre-activation batch norm and
+    ``fuse_preactivations``: compute a per-channel affine layer (a pre-activation batch norm and
     ReLU) in the tail of the conv computing its input, saving the raw output beside it when
-    something else reads it (``systolix.hir_passes.fuse_preactivations``; ``False``: its own layer).
+    something else reads it (``systolix.hir_passes.fuse_preactivations``); ``None`` (the
+    default): where activations live in DRAM (strategies local-isolated and local-consts), whose
+    round trip it saves; with local-vars the layer's input is often on chip and the tail's SIMD
+    work costs more than the layer (README, Latency).
     ``batch``: images one program runs (1 to ``systolix.compiler.batch.MAX_BATCH``), each weight
     tile streaming all of them; default 1, or the batch the model's inputs fix (a model exported
     with batch 4 compiles as a batch-4 program). The outputs are bit for bit the batch-1 program's.

@@ -37,8 +37,17 @@ def _affine(layer) -> bool:
             and all(p.tensor is None and p.written is None for p in layer.post_ops))
 
 
+LOCAL_VARS = ("local-vars", "local-vars-and-consts")
+
+
 def fuse_preactivations(hir: HirProgram, ctx=None) -> HirProgram:
-    if not getattr(ctx, "fuse_preactivations", False):
+    wanted = getattr(ctx, "fuse_preactivations", None)
+    if wanted is None:
+        # What it saves is the affine layer's DRAM round trip; with the activations in local
+        # memory that layer is cheap (4 accumulator clocks a vector) and the tail's SIMD work (7)
+        # costs more (ResNet-20 v2 on zcu104_uram: 260,771 clocks against 242,291).
+        wanted = ctx is not None and getattr(ctx, "strategy", "local-isolated") not in LOCAL_VARS
+    if not wanted:
         return hir
     readers = reader_counts(hir)
     outputs = {id(a.root()[0]) for a in hir.outputs.values()}
