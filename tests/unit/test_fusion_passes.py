@@ -4,6 +4,7 @@ them structurally (``systolix.ir.same``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,7 +14,7 @@ from systolix.hir_passes.fuse_preactivations import fuse_preactivations
 from systolix.ir import same
 from systolix.ir.hir import Activation, ConvInput, ConvLayer, MaxPoolLayer
 from systolix.ir.postops import AddChannels, AddTensor, Relu, Save, Scale
-from tests.unit.test_hir_passes import B, SCALE, SHIFT, W, N, program
+from tests.unit.test_hir_passes import B, RNG, SCALE, SHIFT, W, N, program
 
 ON = SimpleNamespace(fuse_pools=True, fuse_preactivations=True)
 
@@ -90,3 +91,28 @@ def test_a_strided_one_by_one_pool_is_a_subsampled_save_in_the_tail():
     assert same(after, program([head, fused, tail], x, y))
     assert [a.name for a in after.layers[1].writes()] == ["s", "q"]
     assert same(fuse_strided_pools(before, SimpleNamespace(fuse_pools=False)), before)
+
+
+def test_a_pool_of_a_concatenation_is_a_pooled_save_in_each_producers_tail():
+    x = Activation("x", 3, 6, 6, N, order="pixel")
+    cat, y = Activation("cat", 16, 6, 6, N), Activation("y", 16, 3, 3, N, order="pixel")
+    a, b = Activation("a", 8, 6, 6, N, parent=(cat, 0)), Activation("b", 8, 6, 6, N, parent=(cat, 1))
+    weights = {"ca": RNG.normal(size=(8, 3, 3, 3)).astype(np.float32), "cb": RNG.normal(size=(8, 8, 3, 3)).astype(np.float32)}
+
+    def conv(name, inp, out):
+        return ConvLayer(name, [ConvInput(inp, weights=weights[name])], out, np.zeros(8, np.float32), (3, 3), pads=(1, 1, 1, 1),
+                         post_ops=[Relu()], ops=["Conv", "Relu"], nodes=[name], macs=1)
+
+    pool = MaxPoolLayer("pool", cat, y, (2, 2), (2, 2), ops=["MaxPool"], nodes=["pool"])
+    before = program([conv("ca", x, a), conv("cb", a, b), pool], x, y)
+    after = fuse_strided_pools(before, ON)
+    ya, yb = Activation("a_pooled", 8, 3, 3, N, parent=(y, 0)), Activation("b_pooled", 8, 3, 3, N, parent=(y, 1))
+    expected = [dataclasses.replace(conv(name, inp, out), post_ops=[Relu(), Save(target, pool=2, node="pool")],
+                                    ops=["Conv", "Relu", "MaxPool"], nodes=[name, "pool"])
+                for name, inp, out, target in (("ca", x, a, ya), ("cb", a, b, yb))]
+    assert same(after, program(expected, x, y))
+    assert "save a copy to b_pooled 8x3x3 in y[group 1] (max of each 2x2 window, after the save)" in after.text()
+    # A 3x3/2 pool (overlapping windows) stays a layer, and so does a pool of a map another layer also writes.
+    for kept in (program([conv("ca", x, a), conv("cb", a, b), dataclasses.replace(pool, kernel=(3, 3))], x, y),
+                 program([conv("ca", x, a), pool], x, y)):
+        assert same(fuse_strided_pools(kept, ON), kept)

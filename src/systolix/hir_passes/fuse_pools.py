@@ -20,7 +20,7 @@ import dataclasses
 import numpy as np
 
 from systolix.hir_passes.uses import reader_counts
-from systolix.ir.hir import ConvLayer, HirProgram, MaxPoolLayer
+from systolix.ir.hir import Activation, ConvLayer, HirProgram, MaxPoolLayer
 from systolix.ir.postops import Save
 
 
@@ -57,22 +57,54 @@ def fuse_strided_pools(hir: HirProgram, ctx=None) -> HirProgram:
     its input's exponent: checked) and gains, before planning."""
     if not getattr(ctx, "fuse_pools", True):
         return hir
+    acc_depth = ctx.arch.accumulator_depth if getattr(ctx, "arch", None) is not None else 0
     layers: list = []
-    producer: dict[int, int] = {}  # id(activation) -> index in ``layers`` of the conv layer whose whole output it is
     for layer in hir.layers:
-        k = producer.get(id(layer.input)) if isinstance(layer, MaxPoolLayer) else None
-        s = layer.stride if k is not None else None
-        if (k is not None and layer.kernel == (1, 1) and not any(layer.pads) and s != (1, 1) and layer.output.parent is None
-                and layer.output.H == -(-layer.input.H // s[0]) and layer.output.W == -(-layer.input.W // s[1])
-                and layer.output.order == layer.input.order == "planar"
-                and hir.exponents.get(layer.output.name, 0) == hir.exponents.get(layer.input.name, 0)):
-            # The subsampled copy after everything the producer's tail does to its output.
+        saves = _pooled_saves(hir, layers, layer, acc_depth) if isinstance(layer, MaxPoolLayer) else None
+        if saves is None:
+            layers.append(layer)
+            continue
+        for k, save in saves:
             source = layers[k]
-            save = Save(layer.output, stride=s, node=layer.name)
             layers[k] = dataclasses.replace(source, post_ops=source.post_ops + [save], ops=source.ops + layer.ops,
                                             nodes=source.nodes + layer.nodes)
-            continue
-        layers.append(layer)
-        if isinstance(layer, ConvLayer) and layer.output.parent is None:
-            producer[id(layer.output)] = len(layers) - 1
     return dataclasses.replace(hir, layers=layers)
+
+
+def _pooled_saves(hir: HirProgram, layers: list, pool: MaxPoolLayer, acc_depth: int):
+    """``[(index in layers, Save)]`` that compute ``pool`` in the tails of the conv layers
+    writing its input, or None. A 1x1 pool of stride s: a subsampled copy of one conv's output.
+    A k x k pool of stride k (YOLOv4-tiny's 2x2/2 after a concatenation): each conv writing a
+    slice of channel groups of the input saves the max of each window of its slice into the same
+    groups of the output."""
+    x, out = pool.input, pool.output
+    if x.parent is not None or out.parent is not None or any(pool.pads) or pool.dilation != (1, 1) or pool.zero_pads:
+        return None
+    if x.order != "planar" or hir.exponents.get(out.name, 0) != hir.exponents.get(x.name, 0):
+        return None
+    writers = [(k, layer) for k, layer in enumerate(layers) if any(a.overlaps(x) for a in layer.writes())]
+    if not writers or not all(isinstance(w, ConvLayer) and w.output.root()[0] is x and not any(a.overlaps(x) for a in w.writes()[1:])
+                              for _, w in writers):
+        return None
+    spans = sorted((w.output.root()[1], w.output.root()[1] + w.output.G) for _, w in writers)
+    if spans[0][0] != 0 or spans[-1][1] != x.G or any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
+        return None  # not every channel group of the input comes from these convs, once
+    s = pool.stride
+    if pool.kernel == (1, 1) and s != (1, 1):
+        if len(writers) != 1 or writers[0][1].output is not x or out.H != -(-x.H // s[0]) or out.W != -(-x.W // s[1]):
+            return None
+        return [(writers[0][0], Save(out, stride=s, node=pool.name))]
+    k = pool.kernel[0]
+    if not (pool.kernel == (k, k) == s and k > 1 and out.H == x.H // k and out.W == x.W // k):
+        return None
+    # The tile must hold k rows of a channel group (with the tail's second buffer: a quarter of
+    # the accumulators, a margin for the SIMD constants).
+    if acc_depth and k * x.W * 4 > acc_depth:
+        return None
+    saves = []
+    for index, writer in writers:
+        _, g0 = writer.output.root()
+        target = out if writer.output is x else Activation(f"{writer.output.name}_pooled", writer.output.C, out.H, out.W, out.N,
+                                                           parent=(out, g0))
+        saves.append((index, Save(target, pool=k, node=pool.name)))
+    return saves

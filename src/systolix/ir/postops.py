@@ -258,21 +258,37 @@ class Save(PostOp):
 
     target: Any = None
     stride: tuple[int, int] = (1, 1)
+    pool: int = 1
+    """``k`` > 1: the max of each ``k x k`` window (a max pool of stride ``k``, its windows whole
+    in the tile: ``systolix.planning.tiling`` makes the tile's rows a multiple of ``k``), computed
+    in place after the layer's own save (``after_save``), when the tile is no longer needed."""
     kind: ClassVar[str] = "save"
 
     @property
     def written(self):
         return self.target
 
+    @property
+    def after_save(self) -> bool:
+        return self.pool > 1
+
     def evaluate(self, acc, read):
         return acc
 
     def saved(self, acc: np.ndarray) -> np.ndarray:
         """What it writes into ``target`` from ``acc`` (``[..., H, W]``)."""
+        k = self.pool
+        if k > 1:
+            H, W = acc.shape[-2] // k, acc.shape[-1] // k
+            windows = acc[..., :H * k, :W * k].reshape(acc.shape[:-2] + (H, k, W, k))
+            return windows.max(axis=(-3, -1))
         sh, sw = self.stride
         return acc[..., ::sh, ::sw]
 
     def emit(self, t, slot) -> None:
+        if self.pool > 1:
+            self._emit_pool(t)
+            return
         e, memory = t.e, t.memory
         base, gs, hs, ws = memory.strides(self.target)
         sh, sw = self.stride
@@ -300,8 +316,38 @@ class Save(PostOp):
             if not on_chip:
                 e.save_rows(sbase, base + go * gs + row0 * hs, len(rows), OW, hs, ws)
 
+    def _emit_pool(self, t) -> None:
+        """Each window's max into the accumulator of its output pixel (never one a later window
+        reads: outputs are written in order, each at or before its window's first tap), then
+        the pooled rows moved out and saved."""
+        e, memory = t.e, t.memory
+        k, OW = self.pool, self.target.W
+        rows = t.rows // k  # (the tile starts at a multiple of k)
+        if not rows:
+            return
+        base, gs, hs, ws = memory.strides(self.target)
+        row0 = t.oh0 // k
+        on_chip = memory.on_chip(self.target)
+        for go in t.groups():
+            g = t.group_base(go)
+            for j in range(rows):
+                for w in range(OW):
+                    taps = [g + (j * k + dy) * t.OW + w * k + dx for dy in range(k) for dx in range(k)]
+                    e.simd(SimdOp.MOVE, 0, 0, 1, read=taps[0])
+                    for tap in taps[1:-1]:
+                        e.simd(SimdOp.MAX, 0, 1, 1, read=tap)
+                    e.simd(SimdOp.MAX, 0, 1, 0, read=taps[-1], write=g + j * OW + w)
+            if on_chip:
+                e.move(g, base + go * gs + row0 * hs, rows * OW)
+                continue
+            sbase = t.stage + (go - t.go0) * rows * OW
+            e.move(g, sbase, rows * OW)
+            e.save_rows(sbase, base + go * gs + row0 * hs, rows, OW, hs, ws)
+
     def text(self) -> str:
         every = f" (every {self.stride[0]}th row's every {self.stride[1]}th pixel)" if self.stride != (1, 1) else ""
+        if self.pool > 1:
+            every = f" (max of each {self.pool}x{self.pool} window, after the save)"
         return f"save a copy to {self.target.text()}{every}"
 
 

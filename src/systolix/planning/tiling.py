@@ -114,6 +114,13 @@ def _tail_clocks(layer) -> int:
     return sum(POST_OP_CLOCKS.get(p.kind, 2) for p in layer.post_ops) + 1
 
 
+def _whole_windows(layer, R: int) -> int:
+    """``R`` rows, fewer if the tile must hold whole pool windows (a pooled copy saved from the
+    tail, ``postops.Save.pool``): a multiple of the window unless it is the whole map."""
+    k = max([getattr(p, "pool", 1) for p in layer.post_ops], default=1)
+    return R if k == 1 or R >= layer.output.H else R - R % k
+
+
 def _acc_tiles(schedule: bool, tile_copies: int, tile: int, acc_room: int) -> int:
     """2 when a second tile fits the accumulators (and the schedule pass will use it), else 1."""
     return 2 if schedule and tile_copies == 1 and 2 * tile <= acc_room else 1
@@ -192,6 +199,7 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
         return R, ng, resident
 
     images, (R, ng, resident) = 1, fit(1)
+    R = _whole_windows(layer, R)
     # One image a program: the tile and the double-buffering are chosen by cost. A batch program
     # keeps the first fit, so that more images can share its weight tiles (below); its images
     # are not pipelined across the lock halves (yet).
@@ -200,6 +208,7 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
                                              acc_room // tile_copies, local_avail,
                                              pipeline and not consts_local and region0 == 0, consts_local,
                                              schedule and tile_copies == 1)
+        R = _whole_windows(layer, R)
         if pipelined:
             return _pipelined_conv(layer, consts, arch, R, ng, resident, rows_in, local_need, H, W, sum_gi,
                                    _acc_tiles(schedule, tile_copies, R * OW * ng, acc_room), schedule)
