@@ -9,6 +9,10 @@
   of a conv layer's output: the conv's tail saves every ``s``-th pixel of its tile a second
   time into the pool's output (``postops.Save`` with a stride) after its post-ops, instead of a
   layer loading the whole map back to keep a quarter of it (``fuse_strided_pools``).
+* A ``k x k`` max pool of stride ``k`` of a map that convs write, whole or as slices of channel
+  groups (YOLOv4-tiny's route: two convs concatenated, then a 2x2/2 pool): each conv's tail
+  saves the max of each window of its slice into the same groups of the pool's output, in place
+  after its own save (``postops.Save.pool``; its tiles then hold whole windows).
 
 Both compute the same values as the layers they replace (a max of the same values; a copy).
 """
