@@ -14,7 +14,7 @@
   saves the max of each window of its slice into the same groups of the pool's output, in place
   after its own save (``postops.Save.pool``; its tiles then hold whole windows).
 
-Both compute the same values as the layers they replace (a max of the same values; a copy).
+All three compute the same values as the layers they replace (a max of the same values; a copy).
 """
 
 from __future__ import annotations
