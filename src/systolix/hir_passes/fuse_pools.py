@@ -61,10 +61,11 @@ def fuse_strided_pools(hir: HirProgram, ctx=None) -> HirProgram:
     its input's exponent: checked) and gains, before planning."""
     if not getattr(ctx, "fuse_pools", True):
         return hir
-    acc_depth = ctx.arch.accumulator_depth if getattr(ctx, "arch", None) is not None else 0
+    arch = getattr(ctx, "arch", None)
+    acc_depth, local_depth = (arch.accumulator_depth, arch.local_depth) if arch is not None else (0, 0)
     layers: list = []
     for layer in hir.layers:
-        saves = _pooled_saves(hir, layers, layer, acc_depth) if isinstance(layer, MaxPoolLayer) else None
+        saves = _pooled_saves(hir, layers, layer, acc_depth, local_depth) if isinstance(layer, MaxPoolLayer) else None
         if saves is None:
             layers.append(layer)
             continue
@@ -75,7 +76,15 @@ def fuse_strided_pools(hir: HirProgram, ctx=None) -> HirProgram:
     return dataclasses.replace(hir, layers=layers)
 
 
-def _pooled_saves(hir: HirProgram, layers: list, pool: MaxPoolLayer, acc_depth: int):
+def _band(conv: ConvLayer, rows: int) -> int:
+    """Vectors of local memory a tile of ``rows`` output rows of ``conv`` needs: its input
+    band (every input's channel groups) and its staging."""
+    (sh, _), (dh, _) = conv.stride, conv.dilation
+    n_in = min(conv.inputs[0].act.H, (rows - 1) * sh + (conv.kernel[0] - 1) * dh + 1)
+    return n_in * conv.inputs[0].act.W * sum(i.act.G for i in conv.inputs) + rows * conv.output.W
+
+
+def _pooled_saves(hir: HirProgram, layers: list, pool: MaxPoolLayer, acc_depth: int, local_depth: int):
     """``[(index in layers, Save)]`` that compute ``pool`` in the tails of the conv layers
     writing its input, or None. A 1x1 pool of stride s: a subsampled copy of one conv's output.
     A k x k pool of stride k (YOLOv4-tiny's 2x2/2 after a concatenation): each conv writing a
@@ -105,6 +114,8 @@ def _pooled_saves(hir: HirProgram, layers: list, pool: MaxPoolLayer, acc_depth: 
     # the accumulators, a margin for the SIMD constants).
     if acc_depth and k * x.W * 4 > acc_depth:
         return None
+    if local_depth and any(_band(w, k) * 2 > local_depth for _, w in writers):
+        return None  # k output rows' input band would crowd local memory: the tile could not hold a window
     saves = []
     for index, writer in writers:
         _, g0 = writer.output.root()

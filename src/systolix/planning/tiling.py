@@ -118,7 +118,12 @@ def _whole_windows(layer, R: int) -> int:
     """``R`` rows, fewer if the tile must hold whole pool windows (a pooled copy saved from the
     tail, ``postops.Save.pool``): a multiple of the window unless it is the whole map."""
     k = max([getattr(p, "pool", 1) for p in layer.post_ops], default=1)
-    return R if k == 1 or R >= layer.output.H else R - R % k
+    if k == 1 or R >= layer.output.H or not R:
+        return R
+    if R < k:
+        raise SchedulingError(f"layer {layer.name!r} saves a {k}x{k} max pool from its tail but only {R} output rows fit a tile; "
+                              f"compile with --no-fuse-pools (fuse_pools=False)")
+    return R - R % k
 
 
 def _acc_tiles(schedule: bool, tile_copies: int, tile: int, acc_room: int) -> int:
