@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -138,6 +139,15 @@ def compile_command(
                                      help="Emit conv tiles one after another (by default consecutive tiles alternate between "
                                           "two accumulator buffers where they fit, and each tile's post-ops and save are "
                                           "interleaved with the next tile's weight loads)."),
+    no_fuse_pools: bool = typer.Option(False, "--no-fuse-pools",
+                                       help="Keep a zero Pad before a max pool, and a 1x1 strided max pool of a conv's output, as "
+                                            "layers of their own (by default the pool takes the pads as zeros, and the conv's tail "
+                                            "saves the subsampled copy)."),
+    fuse_preact: Optional[bool] = typer.Option(None, "--fuse-preact/--no-fuse-preact",  # noqa: UP045 (typer reads it)
+                                     help="Compute each per-channel batch norm (+ReLU) that reads a conv's output in that conv's "
+                                          "tail, from the accumulators, saving the raw output beside it when something else reads "
+                                          "it (pre-activation ResNets). Default: with the strategies that keep activations in "
+                                          "DRAM (local-isolated, local-consts), whose round trip it saves."),
     batch: int = typer.Option(None, "--batch", "-b", min=1, max=1024,
                               help="Images one program runs (1 to 1024): each weight tile loaded into the array streams every "
                                    "image (default 1, or the batch the model's inputs fix). The inputs and outputs hold the "
@@ -176,7 +186,8 @@ def compile_command(
         compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_step,
                                  calibration=calibrate, split=not no_split, dump_ir=dump_ir,
                                  pack_inputs=not no_pack_input, pack_width=not no_pack_width, estimate_gains=estimate_gains, schedule=not no_schedule,
-                                 batch=batch)
+                                 batch=batch, fuse_pools=not no_fuse_pools,
+                                 fuse_preactivations=fuse_preact)
     path = compiled.save(output)
     if quiet:
         console.print(str(path))

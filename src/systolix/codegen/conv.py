@@ -292,15 +292,21 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
         acc = acc_base() + at
         tile = Tile(e, memory, N, go0, go1, oh0, rows, OW, stage_base, acc_const, ACCUMULATORS + t.acc_scratch + at,
                     ACCUMULATORS + t.acc_bcast + go0 - p0, consts_local, acc)
+        after = []  # post-ops that work on the tile once it is saved (a pooled copy, in place)
         for post, slot in zip(layer.post_ops, consts.slots):
+            if getattr(post, "after_save", False):
+                after.append((post, slot))
+                continue
             post.emit(tile, slot)
         if out_on_chip:
             for go in range(go0, go1):
                 e.move(acc + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows * OW)
-            return
-        e.move(acc, stage_base, tile.n_vec)
-        for go in range(go0, go1):
-            e.save_rows(stage_base + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows, OW, hs, ws)
+        else:
+            e.move(acc, stage_base, tile.n_vec)
+            for go in range(go0, go1):
+                e.save_rows(stage_base + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows, OW, hs, ws)
+        for post, slot in after:
+            post.emit(tile, slot)
 
     stages = plan.stages
     if pipelined and to_local is not None:
@@ -448,13 +454,19 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
                 base, gs, hs, ws = memory.strides(out)
                 tile = Tile(e, memory, N, go0, go1, oh0, rows, OW, stage_base, acc_const, ACCUMULATORS + t.acc_scratch,
                             ACCUMULATORS + t.acc_bcast, consts_local, acc)
+                after = []  # post-ops that work on the tile once it is saved (as in emit_conv)
                 for post, slot in zip(layer.post_ops, consts.slots):
+                    if getattr(post, "after_save", False):
+                        after.append((post, slot))
+                        continue
                     post.emit(tile, slot)
                 # Save: accumulators to staging, staging to DRAM0 (or straight to local-vars).
                 if out_on_chip:
                     for go in range(go0, go1):
                         e.move(acc + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows * OW)
-                    continue
-                e.move(acc, stage_base, tile.n_vec)
-                for go in range(go0, go1):
-                    e.save_rows(stage_base + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows, OW, hs, ws)
+                else:
+                    e.move(acc, stage_base, tile.n_vec)
+                    for go in range(go0, go1):
+                        e.save_rows(stage_base + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows, OW, hs, ws)
+                for post, slot in after:
+                    post.emit(tile, slot)

@@ -50,6 +50,16 @@ def emit_maxpool(layer: MaxPoolLayer, plan: LayerPlan, consts, memory: MemoryMap
                         iws = [ow * sw + k * dw - pl for k in range(KW)]
                         taps = [gin + (ih - ih_lo) * W + iw for ih in ihs for iw in iws if 0 <= iw < W]
                         dst = gout + (oh - oh0) * OW + ow
+                        if layer.zero_pads and len(taps) < KH * KW:
+                            # A window over the zero padding: the max starts from zero.
+                            e.simd(SimdOp.ZERO, dest=1)
+                            if not taps:
+                                e.simd(SimdOp.MOVE, 1, 0, 0, write=dst)
+                                continue
+                            for tap in taps[:-1]:
+                                e.simd(SimdOp.MAX, 0, 1, 1, read=tap)
+                            e.simd(SimdOp.MAX, 0, 1, 0, read=taps[-1], write=dst)
+                            continue
                         if len(taps) == 1:
                             e.simd(SimdOp.MOVE, 0, 0, 0, read=taps[0], write=dst)
                             continue

@@ -165,7 +165,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
                   progress: Callable[[str, int, int], None] | None = None,
                   calibration: Any = None, split: bool = True, dump_ir: str | Path | None = None,
                   pack_inputs: bool = True, pack_width: bool = True, estimate_gains: bool = True,
-                  pipeline: bool = True, schedule: bool = True, batch: int | None = None) -> CompiledModel | CompiledPartitionedModel:
+                  pipeline: bool = True, schedule: bool = True, batch: int | None = None,
+                  fuse_pools: bool = True, fuse_preactivations: bool | None = None) -> CompiledModel | CompiledPartitionedModel:
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
     ``.tarch`` path or ``Architecture``).
 
@@ -190,6 +191,15 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     ``schedule``: let consecutive conv tiles alternate between two accumulator buffers where
     they fit, and interleave each tile's post-ops and save with the next tile's weight loads
     (``systolix.codegen.schedule``; ``False``: tiles one after another, as emitted).
+    ``fuse_pools``: fold a constant zero Pad into the max pool reading it (the pads count as
+    zeros) and save a 1x1 max pool of stride s (a subsampling) of a conv's output from that
+    conv's tail (``systolix.hir_passes.fuse_pools``; ``False``: layers of their own).
+    ``fuse_preactivations``: compute a per-channel affine layer (a pre-activation batch norm and
+    ReLU) in the tail of the conv computing its input, saving the raw output beside it when
+    something else reads it (``systolix.hir_passes.fuse_preactivations``); ``None`` (the
+    default): where activations live in DRAM (strategies local-isolated and local-consts), whose
+    round trip it saves; with local-vars the layer's input is often on chip and the tail's SIMD
+    work costs more than the layer (README, Latency).
     ``batch``: images one program runs (1 to ``systolix.compiler.batch.MAX_BATCH``), each weight
     tile streaming all of them; default 1, or the batch the model's inputs fix (a model exported
     with batch 4 compiles as a batch-4 program). The outputs are bit for bit the batch-1 program's.
@@ -218,7 +228,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         name = f"{_safe_name(stem)}_{_safe_name(str(arch.array_size))}x{arch.array_size}"
     samples = None if calibration is None else calibration_samples(calibration, graph)
     ctx = CompileContext(arch, strategy, samples, host, split, listing, name, progress=progress, onnx_model=onnx_model,
-                         pack_inputs=pack_inputs, pack_width=pack_width, estimate_gains=estimate_gains, pipeline=pipeline, schedule=schedule, batch=batch)
+                         pack_inputs=pack_inputs, pack_width=pack_width, estimate_gains=estimate_gains, pipeline=pipeline, schedule=schedule, batch=batch,
+                         fuse_pools=fuse_pools, fuse_preactivations=fuse_preactivations)
     program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
     graph = program.graph  # (a layer too large for DRAM1 is split into several nodes)
     segments = program.segments

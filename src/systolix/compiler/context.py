@@ -47,6 +47,13 @@ class CompileContext:
     schedule: bool = True
     """Give consecutive conv tiles alternate accumulators where they fit and interleave each
     tile's post-ops and save with the next tile's weight loads (``systolix.codegen.schedule``)."""
+    fuse_pools: bool = True
+    """Fold a zero Pad into the max pool reading it, and save a 1x1 strided max pool of a conv's
+    output from that conv's tail (``systolix.hir_passes.fuse_pools``)."""
+    fuse_preactivations: bool | None = None
+    """Compute a per-channel affine layer reading a conv's output (a pre-activation batch norm
+    and ReLU) in that conv's tail (``systolix.hir_passes.fuse_preactivations``); ``None``: unless
+    the strategy keeps activations in local memory."""
     batch: int = 1
     """Images one program runs (``systolix compile --batch``): each weight tile loaded into the
     array streams every image's vectors before the next (``systolix.planning.tiling``)."""

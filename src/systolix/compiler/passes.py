@@ -5,11 +5,13 @@
 
     Graph --place on host--> Graph --partition--> Program
     per segment: Graph --lower--> HIR --through interleaves, fold batch norms, fuse post-ops,
+                 fold pads into pools,
                  eliminate dead layers, split wide inputs,
                  [split long reductions, estimate ranges, tensor exponents, amplify weights,
                   correct biases: plain compiles (estimated gains, the default)]
                  [split long reductions, measure ranges, tensor exponents, amplify weights,
-                  round weights: calibrated compiles], pack inputs, pack width--> HIR --place constants--> Plan
+                  round weights: calibrated compiles], pack inputs, fuse strided pools, fuse preactivations,
+                 pack width--> HIR --place constants--> Plan
     Program --split constants--> Program
     per segment: Plan --allocate memory, tile layers--> Plan --emit--> LIR
                  --bind memories, roll up, schedule--> LIR --encode--> Artifacts
@@ -31,7 +33,9 @@ from systolix.hir_passes.correct_biases import correct_biases
 from systolix.hir_passes.eliminate_dead_layers import eliminate_dead_layers
 from systolix.hir_passes.estimate_ranges import estimate_ranges
 from systolix.hir_passes.fold_batch_norms import fold_batch_norms
+from systolix.hir_passes.fuse_pools import fold_pads_into_pools, fuse_strided_pools
 from systolix.hir_passes.fuse_post_ops import fuse_post_ops
+from systolix.hir_passes.fuse_preactivations import fuse_preactivations
 from systolix.hir_passes.measure_ranges import measure_ranges
 from systolix.hir_passes.pack_inputs import pack_inputs
 from systolix.hir_passes.pack_width import pack_width
@@ -62,6 +66,7 @@ PASSES = (
     Pass("through interleaves", through_interleaves, SEGMENT),
     Pass("fold batch norms", fold_batch_norms, SEGMENT),
     Pass("fuse post-ops", fuse_post_ops, SEGMENT),
+    Pass("fold pads into pools", fold_pads_into_pools, SEGMENT),
     Pass("eliminate dead layers", eliminate_dead_layers, SEGMENT),
     Pass("split wide inputs", split_wide_inputs, SEGMENT),
     Pass("split long reductions", split_long_reductions, SEGMENT),
@@ -72,6 +77,8 @@ PASSES = (
     Pass("correct biases", correct_biases, SEGMENT),
     Pass("round weights", round_weights, SEGMENT),
     Pass("pack inputs", pack_inputs, SEGMENT),
+    Pass("fuse strided pools", fuse_strided_pools, SEGMENT),
+    Pass("fuse preactivations", fuse_preactivations, SEGMENT),
     Pass("pack width", pack_width, SEGMENT),
     Pass("place constants", place_constants, SEGMENT),
     Pass("split constants", split_constants, MODEL),

@@ -24,9 +24,10 @@ def verify_hir(hir: HirProgram) -> None:
         for act in layer.reads():
             if not any(act.overlaps(w) for w in written):
                 raise VerificationError(f"layer {k} {layer.name!r} reads {act.name!r} before any layer writes it")
-        if id(layer.output.root()[0]) in inputs:
-            raise VerificationError(f"layer {k} {layer.name!r} writes the program input {layer.output.name!r}")
-        written.append(layer.output)
+        for act in layer.writes():
+            if id(act.root()[0]) in inputs:
+                raise VerificationError(f"layer {k} {layer.name!r} writes the program input {act.name!r}")
+        written.extend(layer.writes())
     for name, act in hir.outputs.items():
         if not any(act.overlaps(w) for w in written):
             raise VerificationError(f"output {name!r} is never written")

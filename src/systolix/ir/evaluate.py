@@ -140,6 +140,8 @@ def _post_ops(ev: Evaluation, layer: ConvLayer, index: int, acc: np.ndarray, pea
     out = layer.output
     for k, p in enumerate(layer.post_ops):
         acc = p.evaluate(acc, ev.read)
+        if p.written is not None:
+            ev.write(p.written, p.saved(acc))
         if k < layer.scaling_ops and acc.size:
             # An average pool's own multiplies run before a gain is undone: they count too.
             peak = np.maximum(peak, np.max(np.abs(acc.reshape(out.C, -1)), axis=1))
@@ -154,7 +156,8 @@ def _maxpool(ev: Evaluation, layer: MaxPoolLayer) -> np.ndarray:
 def _maxpool_chw(x: np.ndarray, layer: MaxPoolLayer) -> np.ndarray:
     out = layer.output
     result = np.full((x.shape[0], out.H, out.W), -np.inf, x.dtype)
-    for _, _, window in taps(x, out.H, out.W, layer.kernel, layer.stride, layer.dilation, layer.pads, -np.inf):
+    fill = 0.0 if layer.zero_pads else -np.inf
+    for _, _, window in taps(x, out.H, out.W, layer.kernel, layer.stride, layer.dilation, layer.pads, fill):
         result = np.maximum(result, window)
     return result
 
@@ -311,6 +314,8 @@ def _conv_runs(runs: Runs, layer: ConvLayer, index: int) -> np.ndarray:
     result = acc.reshape(out.C, R, out.H, out.W).transpose(1, 0, 2, 3)
     for k, p in enumerate(layer.post_ops):
         result = np.stack([p.evaluate(result[r], runs.run(r).read) for r in range(R)]).astype(runs.dtype)
+        if p.written is not None:
+            runs.write(p.written, p.saved(result))
         if k < layer.scaling_ops and result.size:
             # An average pool's own multiplies run before a gain is undone: they count too.
             peak = np.maximum(peak, np.abs(result).max(axis=(0, 2, 3)))

@@ -92,13 +92,19 @@ class Layer:
     def reads(self) -> list[Activation]:
         raise NotImplementedError
 
+    def writes(self) -> list[Activation]:
+        """The activations it writes: its output, and for a conv layer whose tail saves a copy of
+        its tile midway (``postops.Save``), that copy too."""
+        return [self.output]
+
     def details(self) -> list[str]:
         """Lines of the printed form after the first (geometry, weights, post-ops)."""
         return []
 
     def text(self) -> str:
         reads = ", ".join(a.name for a in self.reads())
-        head = f"{self.kind} {self.name!r} ({'+'.join(self.ops)}): {reads} -> {self.output.text()}"
+        writes = ", ".join(a.text() for a in self.writes())
+        head = f"{self.kind} {self.name!r} ({'+'.join(self.ops)}): {reads} -> {writes}"
         if self.macs:
             head += f", {self.macs:,} MACs"
         return "\n".join([head] + ["    " + line for line in self.details()])
@@ -187,6 +193,9 @@ class ConvLayer(Layer):
     def reads(self) -> list[Activation]:
         return [i.act for i in self.inputs] + [p.tensor for p in self.post_ops if p.tensor is not None]
 
+    def writes(self) -> list[Activation]:
+        return [self.output] + [p.written for p in self.post_ops if p.written is not None]
+
     def is_post_op_layer(self) -> bool:
         """One input passed through unchanged (1x1, weight one, no bias), then post-ops: the
         form an element-wise op takes before it joins the layer that computes its input."""
@@ -223,7 +232,10 @@ class ConvLayer(Layer):
 
 @dataclass(eq=False)
 class MaxPoolLayer(Layer):
-    """Max over a window, computed with SIMD Max on the accumulators."""
+    """Max over a window, computed with SIMD Max on the accumulators.
+
+    ``zero_pads``: the padding counts as zeros (a constant Pad before the pool taken in,
+    ``systolix.hir_passes.fuse_pools``), not as minus infinity (ONNX MaxPool's own pads)."""
 
     name: str
     input: Activation
@@ -235,6 +247,7 @@ class MaxPoolLayer(Layer):
     ops: list[str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
     macs: int = 0
+    zero_pads: bool = False
 
     kind = "maxpool"
 
@@ -243,7 +256,8 @@ class MaxPoolLayer(Layer):
 
     def details(self) -> list[str]:
         return [f"kernel {self.kernel[0]}x{self.kernel[1]}, stride {self.stride[0]}x{self.stride[1]}, "
-                f"dilation {self.dilation[0]}x{self.dilation[1]}, pads {'/'.join(map(str, self.pads))}"]
+                f"dilation {self.dilation[0]}x{self.dilation[1]}, pads {'/'.join(map(str, self.pads))}"
+                + (" (zeros)" if self.zero_pads else "")]
 
 
 @dataclass(eq=False)

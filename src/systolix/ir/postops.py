@@ -54,6 +54,11 @@ class PostOp:
         """The activation this operation reads, if any."""
         return None
 
+    @property
+    def written(self):
+        """The activation this operation writes (a copy of the tile saved midway), if any."""
+        return None
+
     def evaluate(self, acc: np.ndarray, read: Callable[[Any], np.ndarray]) -> np.ndarray:
         """The float result on ``acc`` (``[C, H, W]``, float64); ``read(act)`` reads a tensor."""
         raise NotImplementedError
@@ -243,6 +248,109 @@ class MulBroadcast(_Broadcast):
         return f"multiply by {self.operand.name} per channel"
 
 
+@dataclass(eq=False)
+class Save(PostOp):
+    """Save the tile as it is now into ``target`` (the layer's second output), then go on: a
+    pre-activation ResNet's block sum, kept raw for the next residual add while the layer's
+    tail goes on to the next block's batch norm and ReLU (``systolix.hir_passes.fuse_preactivations``).
+    ``stride`` ``(sh, sw)``: only every ``sh``-th row's every ``sw``-th pixel (a 1x1 max pool of
+    stride ``s``, ResNet v2's shortcut, ``systolix.hir_passes.fuse_pools``)."""
+
+    target: Any = None
+    stride: tuple[int, int] = (1, 1)
+    pool: int = 1
+    """``k`` > 1: the max of each ``k x k`` window (a max pool of stride ``k``, its windows whole
+    in the tile: ``systolix.planning.tiling`` makes the tile's rows a multiple of ``k``), computed
+    in place after the layer's own save (``after_save``), when the tile is no longer needed."""
+    kind: ClassVar[str] = "save"
+
+    @property
+    def written(self):
+        return self.target
+
+    @property
+    def after_save(self) -> bool:
+        return self.pool > 1
+
+    def evaluate(self, acc, read):
+        return acc
+
+    def saved(self, acc: np.ndarray) -> np.ndarray:
+        """What it writes into ``target`` from ``acc`` (``[..., H, W]``)."""
+        k = self.pool
+        if k > 1:
+            H, W = acc.shape[-2] // k, acc.shape[-1] // k
+            windows = acc[..., :H * k, :W * k].reshape(acc.shape[:-2] + (H, k, W, k))
+            return windows.max(axis=(-3, -1))
+        sh, sw = self.stride
+        return acc[..., ::sh, ::sw]
+
+    def emit(self, t, slot) -> None:
+        if self.pool > 1:
+            self._emit_pool(t)
+            return
+        e, memory = t.e, t.memory
+        base, gs, hs, ws = memory.strides(self.target)
+        sh, sw = self.stride
+        if (sh, sw) == (1, 1):
+            n = t.per_group
+            if memory.on_chip(self.target):
+                for go in t.groups():
+                    e.move(t.group_base(go), base + go * gs + t.oh0 * hs, n)
+                return
+            e.move(t.acc, t.stage, t.n_vec)
+            for go in t.groups():
+                e.save_rows(t.stage + (go - t.go0) * n, base + go * gs + t.oh0 * hs, t.rows, t.OW, hs, ws)
+            return
+        rows = [r for r in range(t.rows) if (t.oh0 + r) % sh == 0]
+        if not rows:
+            return
+        OW = self.target.W
+        row0 = (t.oh0 + rows[0]) // sh
+        on_chip = memory.on_chip(self.target)
+        for go in t.groups():
+            sbase = t.stage + (go - t.go0) * len(rows) * OW
+            for j, r in enumerate(rows):
+                dst = base + go * gs + (row0 + j) * hs if on_chip else sbase + j * OW
+                e.move(t.group_base(go) + r * t.OW, dst, OW, sw, ws if on_chip else 1)
+            if not on_chip:
+                e.save_rows(sbase, base + go * gs + row0 * hs, len(rows), OW, hs, ws)
+
+    def _emit_pool(self, t) -> None:
+        """Each window's max into the accumulator of its output pixel (never one a later window
+        reads: outputs are written in order, each at or before its window's first tap), then
+        the pooled rows moved out and saved."""
+        e, memory = t.e, t.memory
+        k, OW = self.pool, self.target.W
+        rows = t.rows // k  # (the tile starts at a multiple of k)
+        if not rows:
+            return
+        base, gs, hs, ws = memory.strides(self.target)
+        row0 = t.oh0 // k
+        on_chip = memory.on_chip(self.target)
+        for go in t.groups():
+            g = t.group_base(go)
+            for j in range(rows):
+                for w in range(OW):
+                    taps = [g + (j * k + dy) * t.OW + w * k + dx for dy in range(k) for dx in range(k)]
+                    e.simd(SimdOp.MOVE, 0, 0, 1, read=taps[0])
+                    for tap in taps[1:-1]:
+                        e.simd(SimdOp.MAX, 0, 1, 1, read=tap)
+                    e.simd(SimdOp.MAX, 0, 1, 0, read=taps[-1], write=g + j * OW + w)
+            if on_chip:
+                e.move(g, base + go * gs + row0 * hs, rows * OW)
+                continue
+            sbase = t.stage + (go - t.go0) * rows * OW
+            e.move(g, sbase, rows * OW)
+            e.save_rows(sbase, base + go * gs + row0 * hs, rows, OW, hs, ws)
+
+    def text(self) -> str:
+        every = f" (every {self.stride[0]}th row's every {self.stride[1]}th pixel)" if self.stride != (1, 1) else ""
+        if self.pool > 1:
+            every = f" (max of each {self.pool}x{self.pool} window, after the save)"
+        return f"save a copy to {self.target.text()}{every}"
+
+
 # --- operations with constants -------------------------------------------------------------------
 @dataclass(eq=False)
 class AddConstant(PostOp):
@@ -369,6 +477,29 @@ class Scale(PostOp):
 
     def text(self) -> str:
         return f"multiply {describe_array(self.values)}"
+
+
+@dataclass(eq=False)
+class AddChannels(PostOp):
+    """``x + values`` per channel (a batch norm's shift in a layer's tail): one SIMD Add a vector."""
+
+    values: np.ndarray = None
+    kind: ClassVar[str] = "add_channels"
+
+    def evaluate(self, acc, read):
+        return acc + _channels(self.values)
+
+    def constants(self, c):
+        return c.per_channel(self.values)
+
+    def emit(self, t, slot) -> None:
+        for go in t.groups():
+            t.e.simd(SimdOp.MOVE, 0, 0, 1, read=t.channel_constant(slot, go))
+            for v in t.group_vectors(go):
+                t.e.simd(SimdOp.ADD, 0, 1, 0, read=v, write=v)
+
+    def text(self) -> str:
+        return f"add {describe_array(self.values)} per channel"
 
 
 @dataclass(eq=False)

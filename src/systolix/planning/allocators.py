@@ -66,10 +66,11 @@ def allocate_dram0(hir: HirProgram, depth: int, places: dict[Activation, Place],
             roots.setdefault(id(r), r)
             last[id(r)] = max(last.get(id(r), -1), k)
             first.setdefault(id(r), k)
-        r = layer.output.root()[0]
-        roots.setdefault(id(r), r)
-        first[id(r)] = min(first.get(id(r), k), k)
-        last[id(r)] = max(last.get(id(r), k), k)
+        for a in layer.writes():
+            r = a.root()[0]
+            roots.setdefault(id(r), r)
+            first[id(r)] = min(first.get(id(r), k), k)
+            last[id(r)] = max(last.get(id(r), k), k)
     for a in hir.outputs.values():
         last[id(a.root()[0])] = end
     dram0 = FirstFit(depth, "DRAM0")
@@ -105,10 +106,11 @@ def allocate_local_vars(hir: HirProgram, start: int, local_depth: int, places: d
     last: dict[int, int] = {}
     roots: dict[int, Activation] = {}
     for k, layer in enumerate(hir.layers):
-        r = layer.output.root()[0]
-        roots[id(r)] = r
-        first.setdefault(id(r), k)
-        last[id(r)] = max(last.get(id(r), k), k)
+        for a in layer.writes():
+            r = a.root()[0]
+            roots[id(r)] = r
+            first.setdefault(id(r), k)
+            last[id(r)] = max(last.get(id(r), k), k)
         for a in layer.reads():
             r = a.root()[0]
             roots[id(r)] = r

@@ -105,12 +105,25 @@ def _acc(name: str, base: int, size: int) -> Buffer:
 
 # Accumulator clocks a post-op takes per output vector (a read-and-write SIMD op is two).
 POST_OP_CLOCKS = {"add": 1, "add_const": 1, "relu": 2, "mul": 2, "mul_bcast": 2, "add_bcast": 2, "mul_pixel": 2,
-                  "clip": 4, "slope": 4, "mul_tensor": 4}
+                  "clip": 4, "slope": 4, "mul_tensor": 4,
+                  "add_channels": 2, "save": 1}
 
 
 def _tail_clocks(layer) -> int:
     """Accumulator clocks of a tile's tail per output vector: its post-ops, then the save."""
     return sum(POST_OP_CLOCKS.get(p.kind, 2) for p in layer.post_ops) + 1
+
+
+def _whole_windows(layer, R: int) -> int:
+    """``R`` rows, fewer if the tile must hold whole pool windows (a pooled copy saved from the
+    tail, ``postops.Save.pool``): a multiple of the window unless it is the whole map."""
+    k = max([getattr(p, "pool", 1) for p in layer.post_ops], default=1)
+    if k == 1 or R >= layer.output.H or not R:
+        return R
+    if R < k:
+        raise SchedulingError(f"layer {layer.name!r} saves a {k}x{k} max pool from its tail but only {R} output rows fit a tile; "
+                              f"compile with --no-fuse-pools (fuse_pools=False)")
+    return R - R % k
 
 
 def _acc_tiles(schedule: bool, tile_copies: int, tile: int, acc_room: int) -> int:
@@ -191,6 +204,7 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
         return R, ng, resident
 
     images, (R, ng, resident) = 1, fit(1)
+    R = _whole_windows(layer, R)
     # A batch program streams as many images through each weight tile as keep the tile of one
     # image as it is (the same rows, groups and weight residency): each image then streams
     # exactly what it would alone, and a weight tile loaded once serves them all. Shrinking the
@@ -198,7 +212,8 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
     # (measured slower: more instructions, less overlap).
     if R:
         for k in range(plan.memory.batch, 1, -1):
-            if fit(k) == (R, ng, resident):
+            k_rows, k_groups, k_resident = fit(k)
+            if (_whole_windows(layer, k_rows), k_groups, k_resident) == (R, ng, resident):
                 images = k
                 break
     # One image at a time (any program where no two images share a tile): the tile and the
@@ -215,6 +230,7 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
         pipelined = chosen[3]
         if plan.memory.batch == 1 or pipelined:
             R, ng, resident = chosen[:3]
+            R = _whole_windows(layer, R)
         if pipelined:
             return _pipelined_conv(layer, consts, arch, R, ng, resident, rows_in, local_need, H, W, sum_gi,
                                    _acc_tiles(schedule, tile_copies, R * OW * ng, acc_room), schedule)

@@ -1,0 +1,174 @@
+"""Fusions that keep a layer's data where it is (``systolix.hir_passes.fuse_pools``,
+``fuse_preactivations``) on a narrow ResNet-50 v2 written as a torch module: its stem (conv,
+zero Pad, 3x3/2 max pool), a pre-activation block (batch norm + ReLU of the block input, which
+the identity shortcut reads raw) and a downsampling block whose shortcut is a 1x1 max pool of
+stride 2, as Keras' ResNet50V2 has them; beside it YOLOv4-tiny's route (two convs concatenated,
+then a 2x2/2 max pool).
+
+The fused programs' raw outputs are bit for bit the unfused ones' (the same rounded values in
+the same order), within the error model's bound of onnxruntime, and the pass's HIR is the
+expected one."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+
+import systolix
+from tests.error_model import output_bounds
+from tests.onnx_builders import ir_of
+
+pytestmark = [pytest.mark.needs_emulator, pytest.mark.needs_onnxruntime]
+
+
+class PreactNet(nn.Module):
+    def __init__(self, c=16, pad=True):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, 2, 1)
+        # Keras pads with zeros before the pool; torch's own pool pads with minus infinity.
+        self.pad, self.pool = (nn.ZeroPad2d(1), nn.MaxPool2d(3, 2)) if pad else (nn.Identity(), nn.MaxPool2d(3, 2, 1))
+        self.bn1, self.a1, self.b1 = nn.BatchNorm2d(c), nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.Conv2d(c, c, 1)
+        self.bn2, self.a2, self.b2 = nn.BatchNorm2d(c), nn.Conv2d(c, c, 3, 2, 1, bias=False), nn.Conv2d(c, c, 1)
+        self.shortcut = nn.MaxPool2d(1, 2)
+        self.post = nn.BatchNorm2d(c)
+        # YOLOv4-tiny's route: two convs concatenated, then a 2x2/2 max pool.
+        self.ca, self.cb = nn.Conv2d(c, c, 3, 1, 1), nn.Conv2d(c, c, 3, 1, 1)
+
+    def forward(self, x):
+        x = self.pool(self.pad(self.stem(x)))
+        x = x + self.b1(torch.relu(self.a1(torch.relu(self.bn1(x)))))
+        p = torch.relu(self.bn2(x))
+        a = torch.relu(self.ca(p))
+        z = nn.functional.max_pool2d(torch.cat([a, torch.relu(self.cb(a))], 1), 2)
+        x = self.shortcut(x) + self.b2(torch.relu(self.a2(p)))
+        return torch.relu(self.post(x)), z
+
+
+def exported(pad=True, size=24) -> onnx.ModelProto:
+    torch.manual_seed(0)
+    module = PreactNet(pad=pad)
+    module.train()
+    for bn in module.modules():
+        if isinstance(bn, nn.BatchNorm2d):
+            bn.momentum = None
+            with torch.no_grad():  # a trained network's scales and shifts, not the identity
+                bn.weight.uniform_(0.5, 1.5)
+                bn.bias.uniform_(-0.5, 0.5)
+    with torch.no_grad():
+        for _ in range(3):
+            module(torch.randn(8, 3, size, size))
+    module.eval()
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, torch.randn(1, 3, size, size), buf, input_names=["x"], output_names=["y", "z"], opset_version=17, dynamo=False)
+    return onnx.load_from_string(buf.getvalue())
+
+
+@pytest.fixture(scope="module")
+def model():
+    return exported()
+
+
+def test_pool_passes_take_the_pad_and_the_strided_shortcut(model):
+    kinds = lambda hir: [(layer.kind, "+".join(layer.ops)) for layer in hir.layers]  # noqa: E731
+    before = ir_of(model, "ultra96v2", until="fuse post-ops")
+    after = ir_of(model, "ultra96v2", until="fold pads into pools")
+    assert kinds(before)[1:3] == [("conv", "Pad"), ("maxpool", "MaxPool")]
+    assert kinds(after) == kinds(before)[:1] + [("maxpool", "Pad+MaxPool")] + kinds(before)[3:]
+    pool = after.layers[1]
+    assert pool.zero_pads and pool.pads == (1, 1, 1, 1) and "pads 1/1/1/1 (zeros)" in after.text()
+    assert pool.input is after.layers[0].output and pool.output.H == 6  # reads the stem's map unpadded
+    # The conv computing the first block's sum also saves its subsampled copy, after its add.
+    before = ir_of(model, "ultra96v2", until="pack inputs")
+    after = ir_of(model, "ultra96v2", until="fuse strided pools")
+    assert kinds(before).count(("maxpool", "MaxPool")) == 2 and len(after.layers) == len(before.layers) - 2
+    assert ("maxpool", "MaxPool") not in kinds(after)
+    (producer,) = [layer for layer in after.layers if layer.ops[-2:] == ["Add", "MaxPool"]]
+    assert producer.ops == ["Conv", "Add", "MaxPool"] and [p.kind for p in producer.post_ops] == ["mul", "add", "save"]
+    assert producer.post_ops[-1].stride == (2, 2) and [a.H for a in producer.writes()] == [6, 3]
+    assert "save a copy to /shortcut/MaxPool_output_0 16x3x3 (every 2th row's every 2th pixel)" in after.text()
+    off = ir_of(model, "ultra96v2", until="fuse strided pools", fuse_pools=False)
+    assert kinds(off)[1:3] == [("conv", "Pad"), ("maxpool", "MaxPool")] and len(off.layers) == len(before.layers) + 1
+    # The 2x2/2 pool of the concatenation: each conv saves the max of its own channel groups' windows.
+    pooled = [layer for layer in after.layers if getattr(layer, "post_ops", None) and getattr(layer.post_ops[-1], "pool", 1) == 2]
+    assert len(pooled) == 2 and [p.post_ops[-1].target.parent[1] for p in pooled] == [0, 1]
+    assert all(p.post_ops[-1].target.parent[0] is after.outputs["z"] for p in pooled)
+
+
+def test_preactivation_pass_moves_batch_norms_into_the_producers_tails(model):
+    before = ir_of(model, "ultra96v2", until="fuse strided pools", fuse_pools=False)
+    after = ir_of(model, "ultra96v2", until="fuse preactivations", fuse_pools=False, fuse_preactivations=True)
+    assert len(ir_of(model, "ultra96v2", until="fuse preactivations", fuse_pools=False, strategy="local-vars").layers) == len(before.layers)
+    bns = [layer for layer in before.layers if layer.ops == ["BatchNormalization", "Relu"]]
+    assert len(bns) == 3  # bn1 (after the stem's pool), bn2 and post (each after a conv's residual add)
+    assert len(after.layers) == len(before.layers) - 2
+    tails = [[p.kind for p in layer.post_ops] for layer in after.layers if "BatchNormalization" in layer.ops and "Add" in layer.ops]
+    # The raw sum saved (the shortcut reads it too), then the scale, the shift, the batch norm
+    # layer's own post-ops (its gain undone, the ReLU); the last sum only feeds its batch norm.
+    assert tails == [["mul", "add", "save", "mul", "add_channels", "mul", "relu"], ["mul", "add", "mul", "add_channels", "mul", "relu"]]
+    fused = after.layers[5]
+    assert [a.name for a in fused.writes()] == [bns[1].output.name, "/Add_output_0"]
+    assert fused.post_ops[3].values.tolist() == bns[1].inputs[0].diagonal[:, 0, 0].tolist()
+    assert fused.post_ops[4].values.tolist() == bns[1].bias.tolist()
+
+
+@pytest.mark.parametrize("strategy", ["local-isolated", "local-vars-and-consts"])
+def test_fused_programs_are_bit_exact_with_the_unfused_ones(strategy):
+    # Without the zero Pad (whose copy the exponents treat as a tensor of its own) the fused
+    # program computes the same rounded values as the unfused one, in the same order.
+    model = exported(pad=False)
+    x = np.random.default_rng(1).standard_normal((1, 3, 24, 24)).astype(np.float32)
+    plain = systolix.compile(model, "ultra96v2", strategy=strategy, fuse_pools=False, fuse_preactivations=False)
+    fused = systolix.compile(model, "ultra96v2", strategy=strategy, fuse_preactivations=True)
+    assert len(fused.manifest.extension.layers) == len(plain.manifest.extension.layers) - 4
+    run_fused, run_plain = fused.run_detailed({"x": x}), plain.run_detailed({"x": x})
+    refs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    bounds = output_bounds(model, {"x": x})
+    for name, ref in zip("yz", refs):
+        assert np.array_equal(run_fused.raw_outputs[name], run_plain.raw_outputs[name])
+        assert float(np.max(np.abs(run_fused.outputs[name] - ref))) <= bounds[name]
+    if strategy == "local-isolated":  # a batch program's images each as the batch-1 program computes it
+        batched = systolix.compile(model, "ultra96v2", strategy=strategy, fuse_preactivations=True, batch=2)
+        xs = np.stack([x, -x])
+        raw, alone = batched.run_detailed({"x": xs}, batch=True).raw_outputs, fused.run_detailed({"x": -x}).raw_outputs
+        for name in "yz":
+            assert np.array_equal(raw[name][0], run_fused.raw_outputs[name][0])
+            assert np.array_equal(raw[name][1], alone[name][0])
+
+
+def test_fused_programs_are_within_the_bound(model):
+    x = np.random.default_rng(2).standard_normal((1, 3, 24, 24)).astype(np.float32)
+    fused = systolix.compile(model, "ultra96v2")  # both fusions by default with local-isolated
+    plain = systolix.compile(model, "ultra96v2", fuse_pools=False, fuse_preactivations=False)
+    assert len(fused.manifest.extension.layers) == len(plain.manifest.extension.layers) - 5
+    refs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    ours, bounds = fused.run({"x": x}), output_bounds(model, {"x": x})
+    for name, ref in zip("yz", refs):
+        assert float(np.max(np.abs(ours[name] - ref))) <= bounds[name]
+
+
+def test_cli_options_turn_each_fusion_off_or_on(model, tmp_path):
+    from typer.testing import CliRunner
+
+    from systolix.artifacts import TModel
+    from systolix.cli import app
+
+    onnx.save(model, tmp_path / "m.onnx")
+    layers = {}
+    for name, options in (("default", []), ("plain", ["--no-fuse-pools", "--no-fuse-preact"]), ("pools", ["--no-fuse-preact"]),
+                          ("vars", ["-s", "local-vars"]), ("vars_all", ["-s", "local-vars", "--fuse-preact"])):
+        result = CliRunner().invoke(app, ["compile", str(tmp_path / "m.onnx"), "--arch", "ultra96v2", "-o", str(tmp_path / name), "-q",
+                                          *options])
+        assert result.exit_code == 0, result.output
+        manifest = TModel.load(tmp_path / name / "m_16x16.tmodel")
+        layers[name] = [("+".join(layer.ops) if layer.ops else layer.name) for layer in manifest.extension.layers]
+    assert len(layers["plain"]) == len(layers["pools"]) + 3 == len(layers["default"]) + 5
+    assert layers["vars"] == layers["pools"] and layers["vars_all"] == layers["default"]

@@ -1,0 +1,27 @@
+"""Fused layers on the generated RTL (``systolix.hir_passes.fuse_pools``, ``fuse_preactivations``):
+a max pool with zero pads, conv tails saving a subsampled copy and a 2x2-pooled one and a conv tail saving its raw
+sum before a batch norm and ReLU compute what the emulator does, in the clocks the rtl timing
+model predicts; the pool fusions take fewer clocks than the layers they replace."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import systolix
+from systolix.perf.rtl_timing import simulate_rtl
+from tests.e2e.test_fusion import exported
+from tests.rtl.test_programs import run_rtl
+
+
+def test_fused_layers_on_the_rtl_give_the_emulators_outputs_in_the_predicted_clocks():
+    onnx_model = exported(size=16)
+    model = systolix.compile(onnx_model, "pynqz1", host=False, fuse_preactivations=True)
+    feeds = {"x": np.random.default_rng(3).normal(0, 1, (1, 3, 16, 16)).astype(np.float32)}
+    emulated, rtl = run_rtl(model, feeds)
+    for name in "yz":
+        assert np.array_equal(emulated.raw_outputs[name], rtl.raw_outputs[name])
+    (cycles,) = rtl.result.cycles
+    assert cycles == simulate_rtl(model.program, model.arch).cycles
+    pools = systolix.compile(onnx_model, "pynqz1", host=False, fuse_preactivations=False)
+    plain = systolix.compile(onnx_model, "pynqz1", host=False, fuse_pools=False, fuse_preactivations=False)
+    assert simulate_rtl(pools.program, pools.arch).cycles < simulate_rtl(plain.program, plain.arch).cycles

@@ -1,0 +1,118 @@
+"""The fusion passes that keep data where it is (``fold_pads_into_pools``, ``fuse_strided_pools``,
+``fuse_preactivations``): each test builds the HIR before and the HIR expected after and compares
+them structurally (``systolix.ir.same``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import numpy as np
+
+from systolix.hir_passes.fuse_pools import fold_pads_into_pools, fuse_strided_pools
+from systolix.hir_passes.fuse_preactivations import fuse_preactivations
+from systolix.ir import same
+from systolix.ir.hir import Activation, ConvInput, ConvLayer, MaxPoolLayer
+from systolix.ir.postops import AddChannels, AddTensor, Relu, Save, Scale
+from tests.unit.test_hir_passes import B, RNG, SCALE, SHIFT, W, N, program
+
+ON = SimpleNamespace(fuse_pools=True, fuse_preactivations=True)
+
+
+def conv_add(x, r, out):
+    """A 3x3 conv of ``x`` plus ``r`` (a residual block's last conv and its add)."""
+    return ConvLayer("conv", [ConvInput(x, weights=W)], out, B, (3, 3), pads=(1, 1, 1, 1), post_ops=[AddTensor(r)],
+                     ops=["Conv", "Add"], nodes=["conv", "add"], macs=1)
+
+
+def bn_relu(x, out):
+    return ConvLayer("bn", [ConvInput(x, diagonal=SCALE.reshape(4, 1, 1))], out, SHIFT, (1, 1), post_ops=[Relu()],
+                     ops=["BatchNormalization", "Relu"], nodes=["bn", "relu"], foldable=True)
+
+
+def test_a_preactivation_batch_norm_moves_into_the_tail_saving_the_raw_sum_first():
+    x, r = Activation("x", 3, 5, 5, N, order="pixel"), Activation("r", 4, 5, 5, N)
+    s, p, y = Activation("s", 4, 5, 5, N), Activation("p", 4, 5, 5, N), Activation("y", 4, 5, 5, N, order="pixel")
+    head = ConvLayer("head", [ConvInput(x, weights=W)], r, B, (3, 3), pads=(1, 1, 1, 1), ops=["Conv"], nodes=["head"], macs=1)
+    shortcut = ConvLayer("next", [ConvInput(p, diagonal=SCALE.reshape(4, 1, 1))], y, B, (1, 1), post_ops=[AddTensor(s)],
+                         ops=["Conv", "Add"], nodes=["next"], macs=1)
+    # ``s`` is read by the batch norm and by the next block's add: the tail saves it raw.
+    before = program([head, conv_add(r, r, s), bn_relu(s, p), shortcut], Activation("x", 3, 5, 5, N, order="pixel"), y)
+    before.inputs["x"] = x
+    fused = ConvLayer("conv", [ConvInput(r, weights=W)], p, B, (3, 3), pads=(1, 1, 1, 1),
+                      post_ops=[AddTensor(r), Save(s, node="bn"), Scale(SCALE, node="bn"), AddChannels(SHIFT, node="bn"), Relu()],
+                      ops=["Conv", "Add", "BatchNormalization", "Relu"], nodes=["conv", "add", "bn", "relu"], macs=1)
+    after = fuse_preactivations(before, ON)
+    assert same(after, program([head, fused, shortcut], x, y))
+    assert [a.name for a in after.layers[1].writes()] == ["p", "s"]
+    assert same(fuse_preactivations(before, SimpleNamespace(fuse_preactivations=False)), before)
+    assert same(fuse_preactivations(before, SimpleNamespace(strategy="local-vars")), before)  # the default there: off
+
+
+def test_a_batch_norm_of_a_sum_nothing_else_reads_needs_no_second_save():
+    x, r = Activation("x", 3, 5, 5, N, order="pixel"), Activation("r", 4, 5, 5, N)
+    s, y = Activation("s", 4, 5, 5, N), Activation("y", 4, 5, 5, N, order="pixel")
+    head = ConvLayer("head", [ConvInput(x, weights=W)], r, B, (3, 3), pads=(1, 1, 1, 1), ops=["Conv"], nodes=["head"], macs=1)
+    before = program([head, conv_add(r, r, s), bn_relu(s, y)], x, y)
+    fused = ConvLayer("conv", [ConvInput(r, weights=W)], y, B, (3, 3), pads=(1, 1, 1, 1),
+                      post_ops=[AddTensor(r), Scale(SCALE, node="bn"), AddChannels(SHIFT, node="bn"), Relu()],
+                      ops=["Conv", "Add", "BatchNormalization", "Relu"], nodes=["conv", "add", "bn", "relu"], macs=1)
+    assert same(fuse_preactivations(before, ON), program([head, fused], x, y))
+
+
+def test_a_zero_pad_folds_into_the_max_pool_reading_it():
+    x, c = Activation("x", 3, 5, 5, N, order="pixel"), Activation("c", 4, 5, 5, N)
+    padded, y = Activation("padded", 4, 7, 7, N), Activation("y", 4, 3, 3, N, order="pixel")
+    head = ConvLayer("head", [ConvInput(x, weights=W)], c, B, (3, 3), pads=(1, 1, 1, 1), ops=["Conv"], nodes=["head"], macs=1)
+    pad = ConvLayer("pad", [ConvInput(c, diagonal=np.ones((4, 1, 1), np.float32))], padded, np.zeros(4, np.float32), (1, 1),
+                    pads=(1, 1, 1, 1), ops=["Pad"], nodes=["pad"], open=False)
+    pool = MaxPoolLayer("pool", padded, y, (3, 3), (2, 2), ops=["MaxPool"], nodes=["pool"])
+    before = program([head, pad, pool], x, y)
+    taken = MaxPoolLayer("pool", c, y, (3, 3), (2, 2), pads=(1, 1, 1, 1), ops=["Pad", "MaxPool"], nodes=["pad", "pool"],
+                         zero_pads=True)
+    assert same(fold_pads_into_pools(before, ON), program([head, taken], x, y))
+    # A pad read elsewhere too (here: a model output) stays.
+    kept = program([head, pad, pool], x, y, extra_outputs=(padded,))
+    assert same(fold_pads_into_pools(kept, ON), kept)
+
+
+def test_a_strided_one_by_one_pool_is_a_subsampled_save_in_the_tail():
+    x, r = Activation("x", 3, 5, 5, N, order="pixel"), Activation("r", 4, 5, 5, N)
+    s, q, y = Activation("s", 4, 5, 5, N), Activation("q", 4, 3, 3, N), Activation("y", 4, 3, 3, N, order="pixel")
+    head = ConvLayer("head", [ConvInput(x, weights=W)], r, B, (3, 3), pads=(1, 1, 1, 1), ops=["Conv"], nodes=["head"], macs=1)
+    pool = MaxPoolLayer("pool", s, q, (1, 1), (2, 2), ops=["MaxPool"], nodes=["pool"])
+    tail = ConvLayer("tail", [ConvInput(s, weights=W[:, :3].repeat(2, 1)[:, :4])], y, B, (3, 3), stride=(2, 2), pads=(1, 1, 1, 1),
+                     post_ops=[AddTensor(q)], ops=["Conv", "Add"], nodes=["tail"], macs=1)
+    before = program([head, conv_add(r, r, s), pool, tail], x, y)
+    fused = ConvLayer("conv", [ConvInput(r, weights=W)], s, B, (3, 3), pads=(1, 1, 1, 1),
+                      post_ops=[AddTensor(r), Save(q, stride=(2, 2), node="pool")], ops=["Conv", "Add", "MaxPool"], nodes=["conv", "add", "pool"],
+                      macs=1)
+    after = fuse_strided_pools(before, ON)
+    assert same(after, program([head, fused, tail], x, y))
+    assert [a.name for a in after.layers[1].writes()] == ["s", "q"]
+    assert same(fuse_strided_pools(before, SimpleNamespace(fuse_pools=False)), before)
+
+
+def test_a_pool_of_a_concatenation_is_a_pooled_save_in_each_producers_tail():
+    x = Activation("x", 3, 6, 6, N, order="pixel")
+    cat, y = Activation("cat", 16, 6, 6, N), Activation("y", 16, 3, 3, N, order="pixel")
+    a, b = Activation("a", 8, 6, 6, N, parent=(cat, 0)), Activation("b", 8, 6, 6, N, parent=(cat, 1))
+    weights = {"ca": RNG.normal(size=(8, 3, 3, 3)).astype(np.float32), "cb": RNG.normal(size=(8, 8, 3, 3)).astype(np.float32)}
+
+    def conv(name, inp, out):
+        return ConvLayer(name, [ConvInput(inp, weights=weights[name])], out, np.zeros(8, np.float32), (3, 3), pads=(1, 1, 1, 1),
+                         post_ops=[Relu()], ops=["Conv", "Relu"], nodes=[name], macs=1)
+
+    pool = MaxPoolLayer("pool", cat, y, (2, 2), (2, 2), ops=["MaxPool"], nodes=["pool"])
+    before = program([conv("ca", x, a), conv("cb", a, b), pool], x, y)
+    after = fuse_strided_pools(before, ON)
+    ya, yb = Activation("a_pooled", 8, 3, 3, N, parent=(y, 0)), Activation("b_pooled", 8, 3, 3, N, parent=(y, 1))
+    expected = [dataclasses.replace(conv(name, inp, out), post_ops=[Relu(), Save(target, pool=2, node="pool")],
+                                    ops=["Conv", "Relu", "MaxPool"], nodes=[name, "pool"])
+                for name, inp, out, target in (("ca", x, a, ya), ("cb", a, b, yb))]
+    assert same(after, program(expected, x, y))
+    assert "save a copy to b_pooled 8x3x3 in y[group 1] (max of each 2x2 window, after the save)" in after.text()
+    # A 3x3/2 pool (overlapping windows) stays a layer, and so does a pool of a map another layer also writes.
+    for kept in (program([conv("ca", x, a), conv("cb", a, b), dataclasses.replace(pool, kernel=(3, 3))], x, y),
+                 program([conv("ca", x, a), pool], x, y)):
+        assert same(fuse_strided_pools(kept, ON), kept)
