@@ -65,31 +65,6 @@ def test_the_pass_amplifies_weights_and_bias_and_undoes_it_first():
     assert [p.kind for p in before.layers[0].post_ops] == ["relu"] and before.layers[0].bias[0] == np.float32(0.05)
 
 
-def _peaks(low: float, high: float, samples: int) -> np.ndarray:
-    """``samples`` per-sample peaks alternating ``low``, ``high``."""
-    return np.where(np.arange(samples) % 2 == 0, low, high)
-
-
-def test_gains_follow_the_tail_of_the_samples_peaks():
-    # Channel 0's 32 peaks are tight (1.9 and 2.1: mean 2, sd 0.10): its tail is mean + 8.5 sd = 2.86,
-    # under 1.5x its largest, 3.15 -> 128 / 3.15 = 41 -> 2^5 (2.5x its peak would give 2^4).
-    # Channel 1's spread widely (0.5 and 1.5: sd 0.51): 1 + 8.5 * 0.51 = 5.3 -> 2^4 (2^5 before).
-    sample_peaks = np.stack([_peaks(1.9, 2.1, 32), _peaks(0.5, 1.5, 32)], axis=1)
-    seen = LayerRange(peak=sample_peaks.max(axis=0), bound=np.array([9.0, 9.0]), observations=5000,
-                      largest=sample_peaks.max(axis=0), sample_peaks=sample_peaks)
-    before = one_layer([[0.1, -0.3], [0.02, 0.01]], [0.05, 0.0], [Relu()])
-    assert channel_gains(before.layers[0], seen, ARCH.data_type).tolist() == [5, 4]
-    after = amplified(before, {0: seen})
-    expected = one_layer(np.float32([[3.2, -9.6], [0.32, 0.16]]), [1.6, 0.0],
-                         [Scale(np.float32([1 / 32, 1 / 16]), node=GAIN_NODE), Relu()])
-    expected.gains = {"dense": np.array([5, 4])}
-    assert same(after, expected)
-    # From fewer than 16 samples the spread says little: the fixed headrooms (2.5x a channel's
-    # peak, 1.5x its layer's) as without per-sample peaks.
-    few = dataclasses.replace(seen, sample_peaks=sample_peaks[:8])
-    assert channel_gains(before.layers[0], few, ARCH.data_type).tolist() == [4, 5]
-
-
 def test_exact_layers_and_uncalibrated_layers_are_left_alone():
     copy = one_layer([[1.0, 0.0], [0.0, -1.0]], [0.5, 0.0])
     assert amplified(copy, {0: LayerRange(np.ones(2), np.ones(2), 5000)}).layers[0] is copy.layers[0]

@@ -126,10 +126,9 @@ def test_a_calibrated_head_in_parts_has_less_error_on_the_emulator(monkeypatch):
     assert len(layers(whole)) == 1
     err_parts, err_whole = rms_error(parts), rms_error(whole)
     print(f"\nhead error RMS: {err_whole / 2 ** -8:.2f} LSB whole, {err_parts / 2 ** -8:.2f} LSB in 8 parts")
-    # Measured with seeds 0 to 3 and 5: 1.4-1.8 LSB whole, 0.97-1.0 in parts (what is left is mostly
-    # the one rounding per part); at least 1.3x less (1.5x before the headroom from the samples'
-    # spread gave the whole sum more gain).
-    assert err_parts * 1.3 < err_whole, (err_parts, err_whole)
+    # Measured with seeds 0 to 3 and 5: 1.7-2.3 LSB whole, 1.0-1.05 in parts (what is left is mostly
+    # the one rounding per part); at least 1.5x less.
+    assert err_parts * 1.5 < err_whole, (err_parts, err_whole)
 
 
 def test_plain_compiles_split_long_reductions_with_estimated_gains():

@@ -61,47 +61,28 @@ LAYER_HEADROOM = 1.5
 CHANNEL_HEADROOM = 2.5
 # Fewer values than this behind a channel's peak, and the peak is a poor guide to the tail.
 FEW_OBSERVATIONS = 1024
-# A sample's peak of a channel (its largest |sum| over many pixels) is about Gumbel distributed;
-# mean + 8.5 standard deviations is what one input in about 10^5 reaches (the Gumbel quantile
-# 1 - 10^-5). Estimated from at least TAIL_SAMPLES samples; from fewer, the headrooms above.
-TAIL_SIGMAS = 8.5
-TAIL_SAMPLES = 16
-LARGEST_HEADROOM = 1.5
 GAIN_NODE = "calibrated gain"
 # Estimated ranges (``estimate_ranges``, plain compiles) carry their margins; a channel's range
 # counts only down to this fraction of its layer's largest.
 ESTIMATED_LAYER_FLOOR = 0.0
 
 
-def expected_sums(layer: ConvLayer, seen: LayerRange) -> np.ndarray:
-    """Per output channel, the largest |partial or final sum| to keep below saturation: an
-    estimated range as it is (its margins included); a measured one from the samples' peaks."""
+def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.ndarray:
+    """``k_c`` per output channel: as large as the calibrated sums and the amplified weights
+    allow, at most the binary point (``2^-bp`` is the type's smallest step)."""
+    top = dtype.binary_point
     if seen.estimated:
-        return np.maximum(seen.peak, float(np.max(seen.peak, initial=0.0)) * ESTIMATED_LAYER_FLOOR)
-    peaks = seen.sample_peaks
-    few = seen.observations < FEW_OBSERVATIONS and all(inp.weights is None for inp in layer.inputs)
-    if peaks is not None and len(peaks) >= TAIL_SAMPLES and not few:
-        # Each sample's peak is the largest of many sums (pixels, partial sums): about Gumbel
-        # distributed, so its tail follows from the peaks' mean and spread.
-        expected = np.maximum(peaks.mean(axis=0) + TAIL_SIGMAS * peaks.std(axis=0, ddof=1),
-                              seen.largest * LARGEST_HEADROOM)
+        expected = np.maximum(seen.peak, float(np.max(seen.peak, initial=0.0)) * ESTIMATED_LAYER_FLOOR)
     else:
         expected = np.maximum(seen.peak * CHANNEL_HEADROOM, float(np.max(seen.peak, initial=0.0)) * LAYER_HEADROOM)
-    if few:
+
+    if not seen.estimated and seen.observations < FEW_OBSERVATIONS and all(inp.weights is None for inp in layer.inputs):
         # A global pool: one value per sample and channel, with a heavy tail (on ResNet-20 one
         # channel went 3.4x past the largest of all channels over 16 samples): assume 4x more,
         # as far as the bound from its few taps and its input's range allows.
         expected = np.maximum(expected, np.minimum(4 * expected, seen.bound))
     if seen.largest is not None:
         expected = np.maximum(expected, seen.largest)  # no calibration sample saturates
-    return expected
-
-
-def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.ndarray:
-    """``k_c`` per output channel: as large as the calibrated sums and the amplified weights
-    allow, at most the binary point (``2^-bp`` is the type's smallest step)."""
-    top = dtype.binary_point
-    expected = expected_sums(layer, seen)
     wmax = np.abs(np.asarray(layer.bias, np.float64))
     for inp in layer.inputs:
         w = inp.coefficients

@@ -48,8 +48,6 @@ class LayerRange:
     # of its values (real scale) that ``correct_biases`` takes the weights' rounding against
     post_slope: np.ndarray | None = None  # estimated ranges: per output channel, the mean squared
     # slope of the post-ops after the sum (how much of the sums' error reaches the output)
-    sample_peaks: np.ndarray | None = None  # measured ranges: [samples, C], each sample's largest
-    # |partial or final sum| per output channel
 
 
 def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: DataType | None = None,
@@ -113,8 +111,7 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
         for inp, xmax in zip(layer.inputs, inputs[index]):
             w = inp.coefficients
             bound = bound + np.sum(np.abs(w.reshape(w.shape[0], -1)), axis=1) * xmax
-        ranges[index] = LayerRange(peak, bound, used * layer.output.P, grams.get(index), stacked.max(axis=0),
-                                   sample_peaks=stacked)
+        ranges[index] = LayerRange(peak, bound, used * layer.output.P, grams.get(index), stacked.max(axis=0))
     return ranges
 
 

@@ -40,7 +40,7 @@ import math
 
 import numpy as np
 
-from systolix.hir_passes.amplify_weights import expected_sums
+from systolix.hir_passes.amplify_weights import CHANNEL_HEADROOM, LAYER_HEADROOM
 from systolix.hir_passes.measure_ranges import LayerRange
 from systolix.ir.hir import Activation, ConvLayer, HirProgram, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
 from systolix.ir.postops import AddBroadcast, AddConstant, AddTensor, Clip, MulBroadcast, MulTensor, Relu, Scale, ScalePixels, Slope
@@ -93,9 +93,16 @@ def _homogeneous(op) -> bool:
     return isinstance(op, _HOMOGENEOUS) or op.kind in _HOMOGENEOUS_KINDS
 
 
-def _sum_bound(layer: ConvLayer, seen: LayerRange) -> float:
+def _sum_bound(seen: LayerRange) -> float:
     """The largest |sum| of a layer's accumulators to plan for (amplify_weights' margins)."""
-    return float(np.max(expected_sums(layer, seen), initial=0.0))
+    peak = np.asarray(seen.peak, np.float64)
+    if seen.estimated:
+        expected = peak
+    else:
+        expected = np.maximum(peak * CHANNEL_HEADROOM, float(np.max(peak, initial=0.0)) * LAYER_HEADROOM)
+    if seen.largest is not None:
+        expected = np.maximum(expected, seen.largest)
+    return float(np.max(expected, initial=0.0))
 
 
 def tensor_bounds(hir: HirProgram) -> tuple[dict[int, float], dict[int, float]]:
@@ -121,7 +128,7 @@ def tensor_bounds(hir: HirProgram) -> tuple[dict[int, float], dict[int, float]]:
             if seen is None:
                 put(layer.output, None)
                 continue
-            acc = largest = _sum_bound(layer, seen)
+            acc = largest = _sum_bound(seen)
             for k, op in enumerate(layer.post_ops):
                 if k < layer.scaling_ops:
                     continue  # counted in the accumulator ranges
