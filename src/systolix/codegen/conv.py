@@ -116,6 +116,20 @@ def _block_matmuls(e: Emitter, layer: ConvLayer, kh: int, kw: int, rows: range, 
         e.matmul(lbase + (ih - ih_lo) * W + iw, acc + (oh - oh0) * OW + w0, w1 - w0, sw, accumulate)
 
 
+def _save_tile(e: Emitter, acc: int, n_vec: int, stage_base: int, out_on_chip: bool, strides, go0: int, go1: int,
+               oh0: int, rows: int, OW: int) -> None:
+    """A tile's output groups ``go0..go1`` (rows ``oh0..oh0+rows``) from the accumulators to the
+    output tensor: straight to local memory (local-vars), or through the staging area to DRAM0."""
+    base, gs, hs, ws = strides
+    if out_on_chip:
+        for go in range(go0, go1):
+            e.move(acc + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows * OW)
+        return
+    e.move(acc, stage_base, n_vec)
+    for go in range(go0, go1):
+        e.save_rows(stage_base + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows, OW, hs, ws)
+
+
 def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: MemoryMap, e: Emitter,
               one_image: bool = False, loaded: bool = False) -> None:
     """The layer's instructions; in a batch program, for every image (``one_image``: only the
@@ -298,13 +312,7 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
                 after.append((post, slot))
                 continue
             post.emit(tile, slot)
-        if out_on_chip:
-            for go in range(go0, go1):
-                e.move(acc + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows * OW)
-        else:
-            e.move(acc, stage_base, tile.n_vec)
-            for go in range(go0, go1):
-                e.save_rows(stage_base + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows, OW, hs, ws)
+        _save_tile(e, acc, tile.n_vec, stage_base, out_on_chip, (base, gs, hs, ws), go0, go1, oh0, rows, OW)
         for post, slot in after:
             post.emit(tile, slot)
 
@@ -461,12 +469,6 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
                         continue
                     post.emit(tile, slot)
                 # Save: accumulators to staging, staging to DRAM0 (or straight to local-vars).
-                if out_on_chip:
-                    for go in range(go0, go1):
-                        e.move(acc + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows * OW)
-                else:
-                    e.move(acc, stage_base, tile.n_vec)
-                    for go in range(go0, go1):
-                        e.save_rows(stage_base + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows, OW, hs, ws)
+                _save_tile(e, acc, tile.n_vec, stage_base, out_on_chip, (base, gs, hs, ws), go0, go1, oh0, rows, OW)
                 for post, slot in after:
                     post.emit(tile, slot)

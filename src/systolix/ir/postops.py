@@ -456,6 +456,15 @@ class Slope(PostOp):
         return f"slope {describe_array(self.values)}"
 
 
+def _per_channel_simd(t, slot, op) -> None:
+    """``x op values`` per channel: each group's vector of values into the register, then one
+    SIMD instruction a vector of the group (reads and writes it in place)."""
+    for go in t.groups():
+        t.e.simd(SimdOp.MOVE, 0, 0, 1, read=t.channel_constant(slot, go))
+        for v in t.group_vectors(go):
+            t.e.simd(op, 0, 1, 0, read=v, write=v)
+
+
 @dataclass(eq=False)
 class Scale(PostOp):
     """``x * values`` per channel (an average pool's 1/count, a calibrated gain's undo)."""
@@ -470,10 +479,7 @@ class Scale(PostOp):
         return c.per_channel(self.values)
 
     def emit(self, t, slot) -> None:
-        for go in t.groups():
-            t.e.simd(SimdOp.MOVE, 0, 0, 1, read=t.channel_constant(slot, go))
-            for v in t.group_vectors(go):
-                t.e.simd(SimdOp.MULTIPLY, 0, 1, 0, read=v, write=v)
+        _per_channel_simd(t, slot, SimdOp.MULTIPLY)
 
     def text(self) -> str:
         return f"multiply {describe_array(self.values)}"
@@ -493,10 +499,7 @@ class AddChannels(PostOp):
         return c.per_channel(self.values)
 
     def emit(self, t, slot) -> None:
-        for go in t.groups():
-            t.e.simd(SimdOp.MOVE, 0, 0, 1, read=t.channel_constant(slot, go))
-            for v in t.group_vectors(go):
-                t.e.simd(SimdOp.ADD, 0, 1, 0, read=v, write=v)
+        _per_channel_simd(t, slot, SimdOp.ADD)
 
     def text(self) -> str:
         return f"add {describe_array(self.values)} per channel"
