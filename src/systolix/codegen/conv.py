@@ -116,18 +116,18 @@ def _block_matmuls(e: Emitter, layer: ConvLayer, kh: int, kw: int, rows: range, 
         e.matmul(lbase + (ih - ih_lo) * W + iw, acc + (oh - oh0) * OW + w0, w1 - w0, sw, accumulate)
 
 
-def _save_tile(e: Emitter, acc: int, n_vec: int, stage_base: int, out_on_chip: bool, strides, go0: int, go1: int,
-               oh0: int, rows: int, OW: int) -> None:
-    """A tile's output groups ``go0..go1`` (rows ``oh0..oh0+rows``) from the accumulators to the
-    output tensor: straight to local memory (local-vars), or through the staging area to DRAM0."""
-    base, gs, hs, ws = strides
-    if out_on_chip:
-        for go in range(go0, go1):
-            e.move(acc + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows * OW)
-        return
-    e.move(acc, stage_base, n_vec)
-    for go in range(go0, go1):
-        e.save_rows(stage_base + (go - go0) * rows * OW, base + go * gs + oh0 * hs, rows, OW, hs, ws)
+def _tail(layer: ConvLayer, consts: ConvConstants, tile: Tile, save) -> None:
+    """A tile's post-ops, then ``save()``, then the post-ops that work on the saved tile in place
+    (a pooled copy: ``postops.Save`` with ``after_save``)."""
+    after = []
+    for post, slot in zip(layer.post_ops, consts.slots):
+        if getattr(post, "after_save", False):
+            after.append((post, slot))
+            continue
+        post.emit(tile, slot)
+    save()
+    for post, slot in after:
+        post.emit(tile, slot)
 
 
 def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: MemoryMap, e: Emitter,
@@ -306,15 +306,7 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
         acc = acc_base() + at
         tile = Tile(e, memory, N, go0, go1, oh0, rows, OW, stage_base, acc_const, ACCUMULATORS + t.acc_scratch + at,
                     ACCUMULATORS + t.acc_bcast + go0 - p0, consts_local, acc)
-        after = []  # post-ops that work on the tile once it is saved (a pooled copy, in place)
-        for post, slot in zip(layer.post_ops, consts.slots):
-            if getattr(post, "after_save", False):
-                after.append((post, slot))
-                continue
-            post.emit(tile, slot)
-        _save_tile(e, acc, tile.n_vec, stage_base, out_on_chip, (base, gs, hs, ws), go0, go1, oh0, rows, OW)
-        for post, slot in after:
-            post.emit(tile, slot)
+        _tail(layer, consts, tile, lambda: e.save_tile(acc, stage_base, out_on_chip, (base, gs, hs, ws), go0, go1, oh0, rows, OW))
 
     stages = plan.stages
     if pipelined and to_local is not None:
@@ -459,16 +451,7 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
                                            acc_go + j * tile_size)
             for j, memory in enumerate(images):
                 acc = ACCUMULATORS + j * tile_size
-                base, gs, hs, ws = memory.strides(out)
+                strides = memory.strides(out)
                 tile = Tile(e, memory, N, go0, go1, oh0, rows, OW, stage_base, acc_const, ACCUMULATORS + t.acc_scratch,
                             ACCUMULATORS + t.acc_bcast, consts_local, acc)
-                after = []  # post-ops that work on the tile once it is saved (as in emit_conv)
-                for post, slot in zip(layer.post_ops, consts.slots):
-                    if getattr(post, "after_save", False):
-                        after.append((post, slot))
-                        continue
-                    post.emit(tile, slot)
-                # Save: accumulators to staging, staging to DRAM0 (or straight to local-vars).
-                _save_tile(e, acc, tile.n_vec, stage_base, out_on_chip, (base, gs, hs, ws), go0, go1, oh0, rows, OW)
-                for post, slot in after:
-                    post.emit(tile, slot)
+                _tail(layer, consts, tile, lambda: e.save_tile(acc, stage_base, out_on_chip, strides, go0, go1, oh0, rows, OW))

@@ -84,6 +84,21 @@ class Emitter:
         """``move_rows`` from local memory out to DRAM."""
         self.move_rows(local, far, rows, width, row_stride, pixel_stride, False)
 
+    def save_tile(self, acc: int, staging: int, on_chip: bool, strides, go0: int, go1: int, oh0: int, rows: int,
+                  width: int) -> None:
+        """Output groups ``go0..go1`` of a tile (rows ``oh0..oh0+rows``, ``width`` pixels each,
+        group after group from ``acc``) into the tensor of ``strides`` ``(base, group, row,
+        pixel)``: straight to local memory (local-vars), or through ``staging`` out to DRAM0."""
+        base, gs, hs, ws = strides
+        n = rows * width
+        if on_chip:
+            for go in range(go0, go1):
+                self.move(acc + (go - go0) * n, base + go * gs + oh0 * hs, n)
+            return
+        self.move(acc, staging, (go1 - go0) * n)
+        for go in range(go0, go1):
+            self.save_rows(staging + (go - go0) * n, base + go * gs + oh0 * hs, rows, width, hs, ws)
+
     def matmul(self, local: int, acc: int, count: int, local_stride: int = 1, accumulate: bool = True,
                acc_stride: int = 1) -> None:
         """``count`` vectors from ``local`` (``ZEROES``: zeros) through the array into ``acc``

@@ -67,14 +67,7 @@ def emit_maxpool(layer: MaxPoolLayer, plan: LayerPlan, consts, memory: MemoryMap
                         for tap in taps[1:-1]:
                             e.simd(SimdOp.MAX, 0, 1, 1, read=tap)
                         e.simd(SimdOp.MAX, 0, 1, 0, read=taps[-1], write=dst)
-            n_out = (g1 - g0) * rows * OW
-            if out_local:
-                for g in range(g0, g1):
-                    e.move(out_acc + (g - g0) * rows * OW, ob + g * ogs + oh0 * ohs, rows * OW)
-                continue
-            e.move(out_acc, stage, n_out)
-            for g in range(g0, g1):
-                e.save_rows(stage + (g - g0) * rows * OW, ob + g * ogs + oh0 * ohs, rows, OW, ohs, ows)
+            e.save_tile(out_acc, stage, out_local, (ob, ogs, ohs, ows), g0, g1, oh0, rows, OW)
 
 
 def emit_pixelmix(layer: PixelMixLayer, plan: LayerPlan, consts: PixelMixConstants, memory: MemoryMap, e: Emitter) -> None:
