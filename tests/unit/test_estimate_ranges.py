@@ -40,15 +40,16 @@ def test_batch_norm_statistics_set_the_gains_of_the_layer_they_fold_into():
                       statistics=(mean, std))
     ctx = CompileContext(ARCH, estimate_gains=True)
     after = amplify_weights(estimate_ranges(_program(layer, x, y), ctx), ctx)
-    # k_c: the range |m| + SIGMAS s at most the largest value, the weights at most half of it.
-    k = [min(8, math.floor(math.log2(127.996 / (abs(m) + SIGMAS * s))), math.floor(math.log2(63.998 / np.max(np.abs(row)))))
-         for m, s, row in zip(mean, std, w)]
-    assert k == [5, 3, 2, 4]  # the last limited by its weights, the others by their ranges
-    factor = np.float32(2.0) ** np.array(k, np.float32)
+    # The factor: the range |m| + SIGMAS s at most the largest value, the weights at most half of
+    # it; then the largest 256 / m_c below that (its undo m_c / 256 exact).
+    largest = [min(127.996 / (abs(m) + SIGMAS * s), 63.998 / np.max(np.abs(row))) for m, s, row in zip(mean, std, w)]
+    m = [math.ceil(256 / g) for g in largest]
+    assert m == [5, 19, 33, 13]  # the last limited by its weights, the others by their ranges
+    factor = np.float32(256.0) / np.array(m, np.float32)
     expected = ConvLayer("conv", [ConvInput(x, weights=(w * factor[:, None])[:, :, None, None])], y, zero, (1, 1),
-                         post_ops=[Scale(1 / factor, node=GAIN_NODE), Relu()], statistics=(mean, std))
+                         post_ops=[Scale(np.array(m, np.float32) / 256, node=GAIN_NODE), Relu()], statistics=(mean, std))
     want = _program(expected, x, y)
-    want.gains = {"conv": np.array(k)}
+    want.gains = {"conv": np.log2(256.0 / np.array(m))}
     assert same(without_ranges(after), want)
 
 

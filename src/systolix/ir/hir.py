@@ -388,7 +388,7 @@ class HirProgram(Structural):
             text = layer.text()
             if layer.name in self.gains:
                 g = self.gains[layer.name]
-                text += f"\n    calibrated gain 2^{int(g.min())}..2^{int(g.max())}"
+                text += f"\n    calibrated gain 2^{round(float(g.min()), 2):g}..2^{round(float(g.max()), 2):g}"
             if layer.output.root()[0].name in self.exponents and layer.output.parent is None:
                 text += f"\n    output stored at exponent {self.exponents[layer.output.name]} (value x 2^{self.exponents[layer.output.name]})"
             if layer.output.name in self.widths:
