@@ -13,7 +13,7 @@ from systolix.arch import get_architecture
 from systolix.compiler.calibration import CalibrationError, calibration_samples
 from systolix.compiler.context import CompileContext
 from systolix.frontend import to_graph
-from systolix.hir_passes.amplify_weights import GAIN_NODE, amplify_weights, channel_gains
+from systolix.hir_passes.amplify_weights import GAIN_NODE, amplify_weights, channel_gains, undoable_gain
 from systolix.hir_passes.measure_ranges import LayerRange, measure
 from systolix.ir import same
 from systolix.ir.evaluate import run_reference
@@ -52,6 +52,15 @@ def test_gains_follow_the_calibrated_sums_with_headroom():
     # A weight of 40 can only double before it nears the limit (64).
     big = one_layer([[40.0, 0.0], [0.01, 0.0]], [0.0, 0.0])
     assert channel_gains(big.layers[0], seen, ARCH.data_type).tolist() == [0, 5]
+
+
+def test_an_estimated_gain_is_the_largest_factor_with_an_exact_undo():
+    # 2^8 / m for a whole m: 34.1 allows 256 / 8 = 32, 56.9 allows 256 / 5 = 51.2 (a power of
+    # two would give 32), 1.7 allows 256 / 151; at most 2^8, and none below 1.
+    for largest, m in [(34.13, 8), (56.9, 5), (1.7, 151), (1.0, 256), (256.0, 1), (1000.0, 1), (32.0, 8)]:
+        gain = 2.0 ** undoable_gain(largest, 8)
+        assert gain <= largest and 256 / gain == pytest.approx(m, abs=1e-9), (largest, gain)
+    assert undoable_gain(0.4, 8) == 0.0
 
 
 def test_the_pass_amplifies_weights_and_bias_and_undoes_it_first():

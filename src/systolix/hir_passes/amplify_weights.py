@@ -74,8 +74,9 @@ ESTIMATED_LAYER_FLOOR = 0.0
 
 
 def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.ndarray:
-    """``k_c`` per output channel: as large as the calibrated sums and the amplified weights
-    allow, at most the binary point (``2^-bp`` is the type's smallest step)."""
+    """``k_c`` per output channel (the factor ``2^k_c``): as large as the calibrated sums and the
+    amplified weights allow, at most the binary point (``2^-bp`` is the type's smallest step);
+    whole for measured ranges, ``log2(2^bp / m)`` for estimated ones (``undoable_gain``)."""
     top = dtype.binary_point
     if seen.estimated:
         expected = np.maximum(seen.peak, float(np.max(seen.peak, initial=0.0)) * ESTIMATED_LAYER_FLOOR)
