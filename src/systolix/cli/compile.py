@@ -55,17 +55,16 @@ def summary_tables(summary) -> list[Table]:
                                     f"{summary.constant_cuts + 1} programs in a row, each with its own constants")
     if summary.split_layers:
         totals.add_row("split layers", ", ".join(f"{name} into {k} slices of output channels" for name, k in summary.split_layers.items()))
+    exps = [round(float(k), 2) for g in summary.gains.values() for k in g]  # estimated gains need not be whole
+    span = f", gains 2^{min(exps):g} to 2^{max(exps):g}" if exps else ""
     if summary.calibration_samples:
-        exps = [round(float(k), 2) for g in summary.gains.values() for k in g]
-        span = f", gains 2^{min(exps):g} to 2^{max(exps):g}" if exps else ""
         totals.add_row("amplified weights", f"{len(summary.gains)} of {summary.conv_layers} conv layers{span} "
                                             f"(calibrated on {summary.calibration_samples} samples)")
         totals.add_row("rounded weights", f"{len(summary.rounded)} of {summary.conv_layers} conv layers rounded to fit the "
                                           "samples (GPTQ), the rest to nearest")
     elif summary.gains:
-        exps = [round(float(k), 2) for g in summary.gains.values() for k in g]
-        totals.add_row("amplified weights", f"{len(summary.gains)} of {summary.conv_layers} conv layers, gains 2^{min(exps):g} to "
-                                            f"2^{max(exps):g} (estimated from the model itself; --no-estimate-gains: none)")
+        totals.add_row("amplified weights", f"{len(summary.gains)} of {summary.conv_layers} conv layers{span} "
+                                            "(estimated from the model itself; --no-estimate-gains: none)")
     else:
         totals.add_row("amplified weights", "none (no calibration data: --calibrate; gains estimated from the model unless --no-estimate-gains)")
     totals.add_row("compile time", f"{summary.seconds:.2f} s")

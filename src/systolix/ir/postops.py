@@ -293,14 +293,7 @@ class Save(PostOp):
         base, gs, hs, ws = memory.strides(self.target)
         sh, sw = self.stride
         if (sh, sw) == (1, 1):
-            n = t.per_group
-            if memory.on_chip(self.target):
-                for go in t.groups():
-                    e.move(t.group_base(go), base + go * gs + t.oh0 * hs, n)
-                return
-            e.move(t.acc, t.stage, t.n_vec)
-            for go in t.groups():
-                e.save_rows(t.stage + (go - t.go0) * n, base + go * gs + t.oh0 * hs, t.rows, t.OW, hs, ws)
+            e.save_tile(t.acc, t.stage, memory.on_chip(self.target), (base, gs, hs, ws), t.go0, t.go1, t.oh0, t.rows, t.OW)
             return
         rows = [r for r in range(t.rows) if (t.oh0 + r) % sh == 0]
         if not rows:
