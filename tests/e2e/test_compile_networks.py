@@ -135,11 +135,9 @@ def test_classifier_matches_onnxruntime(name, arch, capsys):
     # Not below the plain compile by more than one input of the 100: the calibrated misses are
     # ties at the output's own resolution (above), and one such tie may go either way.
     assert cal_raw >= max(raw - 0.01, CALIBRATED_AGREEMENT), f"calibrated: same class on {cal_raw:.1%} of all inputs (plain {raw:.1%})"
-    # Without gains calibration halved the error. Estimated gains in powers of two left it 1.4-1.8x
-    # smaller (ultra96v2: MLP 0.0067 against 0.0097, MobileNet 0.0185 against 0.0326, mean max
-    # error); since they are any factor m / 2^8 the plain MLP comes within 5% of it (0.0066-0.0068
-    # calibrated against 0.0069-0.0070 plain on the three arrays), so only "lower" is held.
-    assert cal_err < plain_err, f"calibration should lower the error: {cal_err:.4f} vs {plain_err:.4f}"
+    # Without gains calibration halved the error; against estimated gains it is 1.4-1.8x smaller
+    # (ultra96v2: MLP 0.0067 against 0.0097, MobileNet 0.0185 against 0.0326, mean max error).
+    assert cal_err * 1.2 < plain_err, f"calibration should lower the error: {cal_err:.4f} vs {plain_err:.4f}"
 
 
 @pytest.mark.slow

@@ -24,14 +24,15 @@ LSB = 2.0 ** -8
 
 
 def _program(layer: ConvLayer, x: Activation, y: Activation) -> HirProgram:
-    return HirProgram("m", 8, [layer], {"x": x}, {"y": y}, {"x": (1, x.C, 1, 1)}, {"y": (1, y.C, 1, 1)})
+    return HirProgram("m", 8, [layer], {"x": x}, {"y": y}, {"x": (1, x.C, x.H, x.W)}, {"y": (1, y.C, y.H, y.W)})
 
 
 def test_batch_norm_statistics_set_the_gains_of_the_layer_they_fold_into():
     # A 1x1 layer over 3 channels (one block of the array: its partial sums are its sums), with
     # the statistics of a batch norm folded into it: channel c's sums have mean m_c, spread s_c.
-    x = Activation("x", 3, 1, 1, 8, order="pixel")
-    y = Activation("y", 4, 1, 1, 8, order="pixel")
+    # Two pixels (a layer with one value a channel, a classifier head, keeps powers of two).
+    x = Activation("x", 3, 1, 2, 8, order="pixel")
+    y = Activation("y", 4, 1, 2, 8, order="pixel")
     w = np.array([[0.02, -0.01, 0.03], [0.5, 0.2, -0.1], [0.04, 0.02, 0.01], [3.0, -1.0, 0.5]], np.float32)
     mean = np.array([0.5, -1.0, 0.0, 2.0], np.float32)
     std = np.array([0.1, 0.5, 1.0, 0.05], np.float32)
@@ -51,6 +52,11 @@ def test_batch_norm_statistics_set_the_gains_of_the_layer_they_fold_into():
     want = _program(expected, x, y)
     want.gains = {"conv": np.log2(256.0 / np.array(m))}
     assert same(without_ranges(after), want)
+    # The same layer on one pixel (a classifier's head: one value an image) keeps powers of two.
+    x1, y1 = Activation("x", 3, 1, 1, 8, order="pixel"), Activation("y", 4, 1, 1, 8, order="pixel")
+    head = dataclasses.replace(layer, inputs=[ConvInput(x1, weights=w[:, :, None, None])], output=y1)
+    gains = amplify_weights(estimate_ranges(_program(head, x1, y1), ctx), ctx).gains["conv"]
+    assert gains.tolist() == [math.floor(math.log2(g)) for g in largest]
 
 
 def without_ranges(hir: HirProgram) -> HirProgram:

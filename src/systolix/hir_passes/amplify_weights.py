@@ -99,8 +99,10 @@ def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.nda
         for bound, room in ((float(expected[c]), dtype.max_value), (float(wmax[c]), dtype.max_value / 2)):
             if bound > 0:
                 largest[c] = min(largest[c], room / bound)
-    if seen.estimated and not layer.scaling_ops:
+    if seen.estimated and not layer.scaling_ops and layer.output.H * layer.output.W > 1:
         # Estimated ranges carry their margins: any factor up to them, not only powers of two.
+        # Not where each image gives one value a channel (a classifier's logits): their tail is
+        # the heaviest, and on ResNet-20 v2 one image-like input then saturated by 708 LSB.
         gains = np.array([undoable_gain(float(g), top) for g in largest])
     else:
         # Calibrated headrooms were set with gains rounded down to powers of two, which adds 1 to
