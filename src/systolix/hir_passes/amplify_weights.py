@@ -23,8 +23,10 @@ where it removes enough of the layer's output error for its multiply (``gain_pay
 estimated gain need not be a power of two: the undo multiplies by ``m / 2^bp`` (``m`` whole, so
 exact) and the weights by ``2^bp / m``, the largest such factor within the range. Rounding down
 to a power of two gave up 1.44x of the factor on average (2x in variance of the products'
-rounding); ResNet-20 v2's plain error on 1,000 image-like inputs fell from 3.19 to 2.13 LSB RMS,
-the MobileNetV2 stack's from 4.81 to 3.66, with 2 of the 1,000 inputs saturating, before and after.
+rounding); ResNet-20 v2's plain error on 1,000 image-like inputs fell from 3.25 to 2.62 LSB RMS,
+the MobileNetV2 stack's from 4.86 to 3.75, with 2 of the 1,000 inputs saturating, before and after
+(``scripts/agreement.py --only-plain``). Layers of one value a channel per image keep powers of
+two (``channel_gains``).
 
 An average pool sums its window with weights ``2^-shift`` and scales the sum to the mean with its
 own multiplies (``ConvLayer.scaling_ops``), so its accumulators hold 4 to 8x the mean: a mean past
