@@ -172,3 +172,72 @@ def test_cli_options_turn_each_fusion_off_or_on(model, tmp_path):
         layers[name] = [("+".join(layer.ops) if layer.ops else layer.name) for layer in manifest.extension.layers]
     assert len(layers["plain"]) == len(layers["pools"]) + 3 == len(layers["default"]) + 5
     assert layers["vars"] == layers["pools"] and layers["vars_all"] == layers["default"]
+
+
+class ProjectionNet(nn.Module):
+    """ResNet v2's first unit of a stage, as Keras' CIFAR example builds it: the block's last 1x1
+    conv and a 1x1 projection of the block's input, summed (``merge_residual_convs`` makes them
+    one layer); then a pre-activation read only by a 1x1 conv of stride 2 (``subsample_strided_reads``
+    computes it at the pixels that conv reads), whose block's shortcut is strided too (kept)."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.stem, self.bn0 = nn.Conv2d(3, c, 3, 1, 1), nn.BatchNorm2d(c)
+        self.a, self.bn1, self.b = nn.Conv2d(c, c, 1), nn.BatchNorm2d(c), nn.Conv2d(c, 2 * c, 1)
+        self.shortcut = nn.Conv2d(c, 2 * c, 1)
+        self.bn2, self.down, self.bn3, self.c = nn.BatchNorm2d(2 * c), nn.Conv2d(2 * c, 2 * c, 1, 2), nn.BatchNorm2d(2 * c), nn.Conv2d(2 * c, 2 * c, 1)
+        self.shortcut2 = nn.Conv2d(2 * c, 2 * c, 1, 2)
+
+    def forward(self, x):
+        x = torch.relu(self.bn0(self.stem(x)))
+        x = self.shortcut(x) + self.b(torch.relu(self.bn1(self.a(x))))
+        y = torch.relu(self.bn3(self.down(torch.relu(self.bn2(x)))))
+        return self.shortcut2(x) + self.c(y)
+
+
+def exported_projection(size=16) -> onnx.ModelProto:
+    torch.manual_seed(3)
+    module = ProjectionNet()
+    module.train()
+    for bn in module.modules():
+        if isinstance(bn, nn.BatchNorm2d):
+            bn.momentum = None
+    with torch.no_grad():
+        for _ in range(3):
+            module(torch.randn(8, 3, size, size))
+    module.eval()
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, torch.randn(1, 3, size, size), buf, input_names=["x"], output_names=["y"], opset_version=17, dynamo=False)
+    return onnx.load_from_string(buf.getvalue())
+
+
+def test_merged_shortcuts_and_subsampled_preactivations_within_the_bound():
+    model = exported_projection()
+    vars_ = "local-vars-and-consts"
+    sub = ir_of(model, "ultra96v2", until="subsample strided reads")
+    (pre,) = [layer for layer in sub.layers if layer.ops == ["BatchNormalization", "Relu"]]
+    (down,) = [layer for layer in sub.layers if layer.inputs[0].act is pre.output]
+    (source,) = [layer for layer in sub.layers if any(p.written is pre.inputs[0].act for p in layer.post_ops)]
+    # The block sum is saved subsampled from its layer's tail; the pre-activation and both strided
+    # 1x1 convs work on 8x8.
+    assert source.post_ops[-1].stride == (2, 2) and pre.inputs[0].act.H == 8 and pre.stride == down.stride == (1, 1)
+    merged = ir_of(model, "ultra96v2", until="merge residual convs")
+    assert sum(len(layer.inputs) == 2 and layer.ops[:3] == ["Conv", "Conv", "Add"] for layer in merged.layers) == 2
+    assert len(merged.layers) == len(sub.layers) - 2
+    x = np.random.default_rng(4).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    bound = output_bounds(model, {"x": x})["y"]
+    raws = {}
+    # Without gains (whose estimates see the subsampled pixels only) subsampling computes the
+    # same rounded values at the pixels read.
+    for strategy, options in (("local-isolated", {}), (vars_, {}),
+                              (vars_, {"merge_residual_convs": False, "estimate_gains": False}),
+                              (vars_, {"merge_residual_convs": False, "estimate_gains": False, "subsample_strided_reads": False})):
+        compiled = systolix.compile(model, "ultra96v2", strategy=strategy, **options)
+        run = compiled.run_detailed({"x": x})
+        assert float(np.max(np.abs(run.outputs["y"] - ref))) <= bound, (strategy, options)
+        raws[(strategy, len(options))] = run.raw_outputs["y"]
+    assert np.array_equal(raws[(vars_, 2)], raws[(vars_, 3)])
+    assert np.array_equal(raws[("local-isolated", 0)], raws[(vars_, 0)])

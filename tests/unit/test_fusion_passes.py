@@ -1,5 +1,5 @@
 """The fusion passes that keep data where it is (``fold_pads_into_pools``, ``fuse_strided_pools``,
-``fuse_preactivations``): each test builds the HIR before and the HIR expected after and compares
+``fuse_preactivations``, ``merge_residual_convs``, ``subsample_strided_reads``): each test builds the HIR before and the HIR expected after and compares
 them structurally (``systolix.ir.same``)."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import numpy as np
 
 from systolix.hir_passes.fuse_pools import fold_pads_into_pools, fuse_strided_pools
 from systolix.hir_passes.fuse_preactivations import fuse_preactivations
+from systolix.hir_passes.merge_residual_convs import merge_residual_convs
+from systolix.hir_passes.subsample_strided_reads import subsample_strided_reads
 from systolix.ir import same
 from systolix.ir.hir import Activation, ConvInput, ConvLayer, MaxPoolLayer
 from systolix.ir.postops import AddChannels, AddTensor, Relu, Save, Scale
@@ -116,3 +118,78 @@ def test_a_pool_of_a_concatenation_is_a_pooled_save_in_each_producers_tail():
     for kept in (program([conv("ca", x, a), conv("cb", a, b), dataclasses.replace(pool, kernel=(3, 3))], x, y),
                  program([conv("ca", x, a), pool], x, y)):
         assert same(fuse_strided_pools(kept, ON), kept)
+
+
+def test_a_projection_shortcut_and_the_conv_it_is_added_to_become_one_layer():
+    x, r = Activation("x", 3, 5, 5, N, order="pixel"), Activation("r", 4, 5, 5, N)
+    c, y = Activation("c", 4, 5, 5, N), Activation("y", 4, 5, 5, N, order="pixel")
+    wc, ws = RNG.normal(size=(4, 4, 1, 1)).astype(np.float32), RNG.normal(size=(4, 3, 1, 1)).astype(np.float32)
+    head = ConvLayer("head", [ConvInput(x, weights=W)], r, B, (3, 3), pads=(1, 1, 1, 1), post_ops=[Relu()], ops=["Conv", "Relu"],
+                     nodes=["head"], macs=1)
+    last = ConvLayer("last", [ConvInput(r, weights=wc)], c, B, (1, 1), ops=["Conv"], nodes=["last"], macs=2)
+    shortcut = ConvLayer("shortcut", [ConvInput(x, weights=ws)], y, SHIFT, (1, 1), post_ops=[AddTensor(c), Relu()],
+                         ops=["Conv", "Add", "Relu"], nodes=["shortcut", "add", "relu"], macs=3)
+    before = program([head, last, shortcut], x, y)
+    merged = ConvLayer("shortcut", [ConvInput(r, weights=wc), ConvInput(x, weights=ws)], y, np.asarray(B + SHIFT, np.float32), (1, 1),
+                       post_ops=[Relu()], ops=["Conv", "Conv", "Add", "Relu"], nodes=["last", "shortcut", "add", "relu"], macs=5)
+    assert same(merge_residual_convs(before, None), program([head, merged], x, y))
+    assert same(merge_residual_convs(before, SimpleNamespace(merge_residual_convs=False)), before)
+    # The same input read by both: one input, the weights added.
+    both = dataclasses.replace(shortcut, inputs=[ConvInput(r, weights=wc * 2)])
+    one = ConvLayer("shortcut", [ConvInput(r, weights=wc * 3)], y, np.asarray(B + SHIFT, np.float32), (1, 1), post_ops=[Relu()],
+                    ops=["Conv", "Conv", "Add", "Relu"], nodes=["last", "shortcut", "add", "relu"], macs=5)
+    assert same(merge_residual_convs(program([head, last, both], x, y), None), program([head, one], x, y))
+    # Kept: another geometry (a stride), a sum with post-ops of its own, a sum read elsewhere too.
+    for kept in (program([head, dataclasses.replace(last, kernel=(3, 3), pads=(1, 1, 1, 1), inputs=[ConvInput(r, weights=W[:, :1].repeat(4, 1))]),
+                          shortcut], x, y),
+                 program([head, dataclasses.replace(last, post_ops=[Relu()]), shortcut], x, y),
+                 program([head, last, shortcut], x, y, extra_outputs=(c,))):
+        assert same(merge_residual_convs(kept, None), kept)
+
+
+def test_a_pointwise_layer_read_only_by_a_strided_one_by_one_conv_computes_only_the_pixels_it_reads():
+    x, s = Activation("x", 3, 5, 5, N, order="pixel"), Activation("s", 4, 5, 5, N)
+    p, y = Activation("p", 4, 5, 5, N), Activation("y", 4, 3, 3, N, order="pixel")
+    w1 = RNG.normal(size=(4, 4, 1, 1)).astype(np.float32)
+    head = ConvLayer("head", [ConvInput(x, weights=W)], s, B, (3, 3), pads=(1, 1, 1, 1), ops=["Conv"], nodes=["head"], macs=1)
+    down = ConvLayer("down", [ConvInput(p, weights=w1)], y, B, (1, 1), stride=(2, 2), post_ops=[Relu()], ops=["Conv", "Relu"],
+                     nodes=["down"], macs=1)
+    before = program([head, bn_relu(s, p), down], x, y)
+    q = Activation("p", 4, 3, 3, N)
+    expected = program([head, dataclasses.replace(bn_relu(s, q), stride=(2, 2)),
+                        dataclasses.replace(down, inputs=[ConvInput(q, weights=w1)], stride=(1, 1))], x, y)
+    after = subsample_strided_reads(before, None)
+    assert same(after, expected)
+    assert after.layers[1].output is after.layers[2].inputs[0].act
+    assert same(subsample_strided_reads(before, SimpleNamespace(subsample_strided_reads=False)), before)
+    # Kept: the pointwise output read by another layer too, and a strided conv with pads.
+    for kept in (program([head, bn_relu(s, p), down], x, y, extra_outputs=(p,)),
+                 program([head, bn_relu(s, p), dataclasses.replace(down, pads=(0, 0, 1, 1))], x, y)):
+        assert same(subsample_strided_reads(kept, None), kept)
+
+
+def test_a_tensor_only_strided_one_by_one_convs_read_is_saved_subsampled_from_its_producers_tail():
+    # ResNet v2's block sum before a strided stage: its pre-activation (which takes the stride,
+    # as above) and the projection shortcut read it at stride 2; the sum's layer saves that copy.
+    x, s = Activation("x", 3, 5, 5, N, order="pixel"), Activation("s", 4, 5, 5, N)
+    p, t, y = Activation("p", 4, 5, 5, N), Activation("t", 4, 3, 3, N), Activation("y", 4, 3, 3, N, order="pixel")
+    w1, w2 = RNG.normal(size=(4, 4, 1, 1)).astype(np.float32), RNG.normal(size=(4, 4, 1, 1)).astype(np.float32)
+    head = ConvLayer("head", [ConvInput(x, weights=W)], s, B, (3, 3), pads=(1, 1, 1, 1), post_ops=[AddTensor(x)], ops=["Conv"],
+                     nodes=["head"], macs=1)
+    down = ConvLayer("down", [ConvInput(p, weights=w1)], t, B, (1, 1), stride=(2, 2), post_ops=[Relu()], ops=["Conv", "Relu"],
+                     nodes=["down"], macs=1)
+    shortcut = ConvLayer("shortcut", [ConvInput(s, weights=w2)], y, B, (1, 1), stride=(2, 2), post_ops=[AddTensor(t)],
+                         ops=["Conv", "Add"], nodes=["shortcut", "add"], macs=1)
+    before = program([head, bn_relu(s, p), down, shortcut], x, y)
+    q, copy = Activation("p", 4, 3, 3, N), Activation("s_strided", 4, 3, 3, N)
+    expected = program([
+        dataclasses.replace(head, post_ops=[AddTensor(x), Save(copy, stride=(2, 2), node="bn")]),
+        dataclasses.replace(bn_relu(copy, q), stride=(1, 1)),
+        dataclasses.replace(down, inputs=[ConvInput(q, weights=w1)], stride=(1, 1)),
+        dataclasses.replace(shortcut, inputs=[ConvInput(copy, weights=w2)], stride=(1, 1))], x, y)
+    after = subsample_strided_reads(before, None)
+    assert same(after, expected)
+    assert after.layers[0].post_ops[-1].target is after.layers[1].inputs[0].act is after.layers[3].inputs[0].act
+    # One strided reader alone (nothing to share a copy with) keeps reading the tensor itself.
+    alone = program([head, dataclasses.replace(shortcut, inputs=[ConvInput(s, weights=w2)], post_ops=[])], x, y)
+    assert same(subsample_strided_reads(alone, None), alone)

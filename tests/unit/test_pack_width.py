@@ -110,7 +110,8 @@ def test_the_pass_gives_the_hir_expected_by_hand():
 
 def test_the_pass_rewrites_each_layer_as_defined():
     model, feeds = bottleneck()
-    before = ir_of(model, "ultra96v2", until="pack inputs", estimate_gains=False)
+    # The two expanding 1x1s kept apart (``merge_residual_convs`` would make them one layer).
+    before = ir_of(model, "ultra96v2", until="pack inputs", estimate_gains=False, merge_residual_convs=False)
     after = pack_width(before)
     assert sorted(after.widths) == ["a_r", "b_r", "d_r", "stem_r"] and set(after.widths.values()) == {2}
     old = {layer.name: layer for layer in before.layers}

@@ -147,6 +147,12 @@ def compile_command(
                                           "tail, from the accumulators, saving the raw output beside it when something else reads "
                                           "it (pre-activation ResNets). Default: with the strategies that keep activations in "
                                           "DRAM (local-isolated, local-consts), whose round trip it saves."),
+    no_merge_residual_convs: bool = typer.Option(False, "--no-merge-residual-convs",
+                                                 help="Keep two convs whose outputs a residual add sums as two layers (by "
+                                                      "default, when they share their geometry, one layer accumulates both)."),
+    no_subsample_strided_reads: bool = typer.Option(False, "--no-subsample-strided-reads",
+                                                help="Compute a pointwise layer read only by a strided 1x1 conv at every pixel "
+                                                     "(by default only at the pixels that conv reads)."),
     batch: int = typer.Option(None, "--batch", "-b", min=1, max=1024,
                               help="Images one program runs (1 to 1024): each weight tile loaded into the array streams every "
                                    "image (default 1, or the batch the model's inputs fix). The inputs and outputs hold the "
@@ -186,7 +192,8 @@ def compile_command(
                                  calibration=calibrate, split=not no_split, dump_ir=dump_ir,
                                  pack_inputs=not no_pack_input, pack_width=not no_pack_width, estimate_gains=estimate_gains, schedule=not no_schedule,
                                  batch=batch, fuse_pools=not no_fuse_pools,
-                                 fuse_preactivations=fuse_preact)
+                                 fuse_preactivations=fuse_preact, merge_residual_convs=not no_merge_residual_convs,
+                                 subsample_strided_reads=not no_subsample_strided_reads)
     path = compiled.save(output)
     if quiet:
         console.print(str(path))

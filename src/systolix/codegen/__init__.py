@@ -33,16 +33,31 @@ def _placements(plan: Plan, acts: dict, shapes: dict) -> list[TensorPlacement]:
     return out
 
 
+def _read_tensors(hir) -> set[int]:
+    """Tensors (by id) that a layer reads, whole or through a view of them, or that are, or hold,
+    a program output."""
+    read: set[int] = set()
+    for act in [a for layer in hir.layers for a in layer.reads()] + list(hir.outputs.values()):
+        while act is not None:
+            read.add(id(act))
+            act = act.parent[0] if act.parent is not None else None
+    return read
+
+
 def emit(plan: Plan, ctx) -> LirProgram:
     """The pass: every layer's instructions, in order, with the layer map."""
     e = Emitter(ctx.arch)
     hir = plan.hir
+    read = _read_tensors(hir)
     records = []
     progress = ctx.reporter("scheduling")
     for k, (layer, lp, c) in enumerate(zip(hir.layers, plan.layers, plan.constants.layers)):
         start = len(e.out)
         if isinstance(layer, ConvLayer):
-            emit_conv(layer, lp, c.data, plan.memory, e)  # every image of a batch program
+            # A conv whose output only strided copies are read from (``subsample_strided_reads``)
+            # saves those alone.
+            keep = id(layer.output) in read or layer.output.parent is not None
+            emit_conv(layer, lp, c.data, plan.memory, e, keep_output=keep)  # every image of a batch program
         else:
             # Layers without weights to share run image after image.
             for image in range(plan.memory.batch):

@@ -117,24 +117,27 @@ def _block_matmuls(e: Emitter, layer: ConvLayer, kh: int, kw: int, rows: range, 
 
 
 def _tail(layer: ConvLayer, consts: ConvConstants, tile: Tile, save) -> None:
-    """A tile's post-ops, then ``save()``, then the post-ops that work on the saved tile in place
-    (a pooled copy: ``postops.Save`` with ``after_save``)."""
+    """A tile's post-ops, then ``save()`` (None: the output nobody reads, only its copies), then
+    the post-ops that work on the saved tile in place (a pooled copy: ``postops.Save`` with
+    ``after_save``)."""
     after = []
     for post, slot in zip(layer.post_ops, consts.slots):
         if getattr(post, "after_save", False):
             after.append((post, slot))
             continue
         post.emit(tile, slot)
-    save()
+    if save is not None:
+        save()
     for post, slot in after:
         post.emit(tile, slot)
 
 
 def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: MemoryMap, e: Emitter,
-              one_image: bool = False, loaded: bool = False) -> None:
+              one_image: bool = False, loaded: bool = False, keep_output: bool = True) -> None:
     """The layer's instructions; in a batch program, for every image (``one_image``: only the
     image ``memory`` addresses; ``loaded``: its resident weights and SIMD constants are already
-    where the plan puts them, from the image before)."""
+    where the plan puts them, from the image before; ``keep_output``: False when no layer reads
+    the output itself, only the copies its post-ops save: the tiles are not saved)."""
     t = plan.detail
     if memory.batch > 1 and t.contexts and not one_image:
         # A pipelined plan (no two images share a weight tile: ``systolix.planning.tiling.conv``)
@@ -142,7 +145,7 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
         # Nothing else writes the plan's weight buffers and constant accumulators in between, so
         # the first image's loads serve the others.
         for b in range(memory.batch):
-            emit_conv(layer, plan, consts, memory.for_image(b), e, one_image=True, loaded=b > 0)
+            emit_conv(layer, plan, consts, memory.for_image(b), e, one_image=True, loaded=b > 0, keep_output=keep_output)
         return
     N = e.N
     out = layer.output
@@ -191,7 +194,7 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
         local = None if to_local is None else (lambda a: to_local(a, 0))
         for first in range(0, memory.batch, t.images):
             images = [memory.for_image(b) for b in range(first, min(memory.batch, first + t.images))]
-            _emit_images(layer, plan, consts, images, e, local, vh, vw, tile_size)
+            _emit_images(layer, plan, consts, images, e, local, vh, vw, tile_size, keep_output)
         return
     base, gs, hs, ws = memory.strides(out)
     out_on_chip = memory.on_chip(out)
@@ -306,7 +309,8 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
         acc = acc_base() + at
         tile = Tile(e, memory, N, go0, go1, oh0, rows, OW, stage_base, acc_const, ACCUMULATORS + t.acc_scratch + at,
                     ACCUMULATORS + t.acc_bcast + go0 - p0, consts_local, acc)
-        _tail(layer, consts, tile, lambda: e.save_tile(acc, stage_base, out_on_chip, (base, gs, hs, ws), go0, go1, oh0, rows, OW))
+        _tail(layer, consts, tile, (lambda: e.save_tile(acc, stage_base, out_on_chip, (base, gs, hs, ws), go0, go1, oh0, rows, OW))
+              if keep_output else None)
 
     stages = plan.stages
     if pipelined and to_local is not None:
@@ -357,7 +361,7 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
 
 
 def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, images: list[MemoryMap], e: Emitter, to_local,
-                 vh, vw, tile_size: int) -> None:
+                 vh, vw, tile_size: int, keep_output: bool = True) -> None:
     """The layer on the images ``images`` address (one map per image), each weight tile loaded
     once for all of them."""
     t = plan.detail
@@ -454,4 +458,5 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
                 strides = memory.strides(out)
                 tile = Tile(e, memory, N, go0, go1, oh0, rows, OW, stage_base, acc_const, ACCUMULATORS + t.acc_scratch,
                             ACCUMULATORS + t.acc_bcast, consts_local, acc)
-                _tail(layer, consts, tile, lambda: e.save_tile(acc, stage_base, out_on_chip, strides, go0, go1, oh0, rows, OW))
+                _tail(layer, consts, tile, (lambda: e.save_tile(acc, stage_base, out_on_chip, strides, go0, go1, oh0, rows, OW))
+                      if keep_output else None)

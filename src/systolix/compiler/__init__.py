@@ -166,7 +166,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
                   calibration: Any = None, split: bool = True, dump_ir: str | Path | None = None,
                   pack_inputs: bool = True, pack_width: bool = True, estimate_gains: bool = True,
                   pipeline: bool = True, schedule: bool = True, batch: int | None = None,
-                  fuse_pools: bool = True, fuse_preactivations: bool | None = None) -> CompiledModel | CompiledPartitionedModel:
+                  fuse_pools: bool = True, fuse_preactivations: bool | None = None, merge_residual_convs: bool = True,
+                  subsample_strided_reads: bool = True) -> CompiledModel | CompiledPartitionedModel:
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
     ``.tarch`` path or ``Architecture``).
 
@@ -200,6 +201,12 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     default): where activations live in DRAM (strategies local-isolated and local-consts), whose
     round trip it saves; with local-vars the layer's input is often on chip and the tail's SIMD
     work costs more than the layer (README, Latency).
+    ``merge_residual_convs``: compute two convs of the same geometry whose outputs a residual add
+    sums (a projection shortcut and the block's last conv) as one layer whose MatMuls accumulate
+    both (``systolix.hir_passes.merge_residual_convs``; ``False``: the second adds the first's
+    saved output).
+    ``subsample_strided_reads``: compute a pointwise layer (a pre-activation batch norm and ReLU) that
+    only a strided 1x1 conv reads at the pixels that conv reads (``systolix.hir_passes.subsample_strided_reads``).
     ``batch``: images one program runs (1 to ``systolix.compiler.batch.MAX_BATCH``), each weight
     tile streaming all of them; default 1, or the batch the model's inputs fix (a model exported
     with batch 4 compiles as a batch-4 program). The outputs are bit for bit the batch-1 program's.
@@ -229,7 +236,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     samples = None if calibration is None else calibration_samples(calibration, graph)
     ctx = CompileContext(arch, strategy, samples, host, split, listing, name, progress=progress, onnx_model=onnx_model,
                          pack_inputs=pack_inputs, pack_width=pack_width, estimate_gains=estimate_gains, pipeline=pipeline, schedule=schedule, batch=batch,
-                         fuse_pools=fuse_pools, fuse_preactivations=fuse_preactivations)
+                         fuse_pools=fuse_pools, fuse_preactivations=fuse_preactivations,
+                         merge_residual_convs=merge_residual_convs, subsample_strided_reads=subsample_strided_reads)
     program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
     graph = program.graph  # (a layer too large for DRAM1 is split into several nodes)
     segments = program.segments

@@ -54,6 +54,12 @@ class CompileContext:
     """Compute a per-channel affine layer reading a conv's output (a pre-activation batch norm
     and ReLU) in that conv's tail (``systolix.hir_passes.fuse_preactivations``); ``None``: unless
     the strategy keeps activations in local memory."""
+    merge_residual_convs: bool = True
+    """Compute two convs of the same geometry that a residual add sums as one layer accumulating
+    both (``systolix.hir_passes.merge_residual_convs``)."""
+    subsample_strided_reads: bool = True
+    """Compute a pointwise layer read only by a strided 1x1 conv at the pixels that conv reads
+    (``systolix.hir_passes.subsample_strided_reads``)."""
     batch: int = 1
     """Images one program runs (``systolix compile --batch``): each weight tile loaded into the
     array streams every image's vectors before the next (``systolix.planning.tiling``)."""

@@ -6,7 +6,8 @@
     Graph --place on host--> Graph --partition--> Program
     per segment: Graph --lower--> HIR --through interleaves, fold batch norms, fuse post-ops,
                  fold pads into pools,
-                 eliminate dead layers, split wide inputs,
+                 eliminate dead layers, subsample strided reads, merge residual convs,
+                 split wide inputs,
                  [split long reductions, estimate ranges, tensor exponents, amplify weights,
                   correct biases: plain compiles (estimated gains, the default)]
                  [split long reductions, measure ranges, tensor exponents, amplify weights,
@@ -37,11 +38,13 @@ from systolix.hir_passes.fuse_pools import fold_pads_into_pools, fuse_strided_po
 from systolix.hir_passes.fuse_post_ops import fuse_post_ops
 from systolix.hir_passes.fuse_preactivations import fuse_preactivations
 from systolix.hir_passes.measure_ranges import measure_ranges
+from systolix.hir_passes.merge_residual_convs import merge_residual_convs
 from systolix.hir_passes.pack_inputs import pack_inputs
 from systolix.hir_passes.pack_width import pack_width
 from systolix.hir_passes.round_weights import round_weights
 from systolix.hir_passes.split_long_reductions import split_long_reductions
 from systolix.hir_passes.split_wide_inputs import split_wide_inputs
+from systolix.hir_passes.subsample_strided_reads import subsample_strided_reads
 from systolix.hir_passes.tensor_exponents import tensor_exponents
 from systolix.hir_passes.through_interleaves import through_interleaves
 from systolix.lowering import lower
@@ -68,6 +71,8 @@ PASSES = (
     Pass("fuse post-ops", fuse_post_ops, SEGMENT),
     Pass("fold pads into pools", fold_pads_into_pools, SEGMENT),
     Pass("eliminate dead layers", eliminate_dead_layers, SEGMENT),
+    Pass("subsample strided reads", subsample_strided_reads, SEGMENT),
+    Pass("merge residual convs", merge_residual_convs, SEGMENT),
     Pass("split wide inputs", split_wide_inputs, SEGMENT),
     Pass("split long reductions", split_long_reductions, SEGMENT),
     Pass("measure ranges", measure_ranges, SEGMENT),

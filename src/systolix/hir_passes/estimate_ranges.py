@@ -129,7 +129,10 @@ def estimate(hir: HirProgram, seed: int = SEED) -> dict[int, LayerRange]:
         post = layer.post_ops[layer.scaling_ops:]
         slope = np.ones(out.C)
         if post:
-            values = np.stack([_post(sums[r], post, runs.run(r)) for r in range(runs.count)])
+            copies: dict[int, list] = {}  # a post-op's copy of the tile (``postops.Save``), per run
+            values = np.stack([_post(sums[r], post, runs.run(r), copies) for r in range(runs.count)])
+            for k, runs_copies in copies.items():
+                runs.write(post[k].written, np.stack(runs_copies))
             # How much of an error in the sums reaches the output (a ReLU passes the positive
             # values' only): the mean squared slope of the post-ops, by a small step per channel.
             step = (STEP * np.maximum(std, 1e-6))[:, None, None]
@@ -144,9 +147,11 @@ def estimate(hir: HirProgram, seed: int = SEED) -> dict[int, LayerRange]:
     return ranges
 
 
-def _post(acc: np.ndarray, post_ops, ev) -> np.ndarray:
-    for p in post_ops:
+def _post(acc: np.ndarray, post_ops, ev, copies: dict[int, list] | None = None) -> np.ndarray:
+    for k, p in enumerate(post_ops):
         acc = p.evaluate(acc, ev.read)
+        if copies is not None and p.written is not None:
+            copies.setdefault(k, []).append(p.saved(acc))
     return acc
 
 

@@ -123,6 +123,9 @@ class ErrorVariances:
             if not isinstance(op, (AddTensor, AddBroadcast)):
                 var = var + rounding  # a multiply rounds; a SIMD approximation errs about as much
         self._put(layer.output, var)
+        for op in layer.post_ops:
+            if op.written is not None:  # a copy of the tile: (about) the output's error
+                self._put(op.written, var)
 
     def other(self, layer) -> None:
         """A layer that is not a conv: data movement passes its input's error on; a pixel mix

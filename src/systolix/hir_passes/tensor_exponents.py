@@ -43,7 +43,7 @@ import numpy as np
 from systolix.hir_passes.amplify_weights import CHANNEL_HEADROOM, LAYER_HEADROOM
 from systolix.hir_passes.measure_ranges import LayerRange
 from systolix.ir.hir import Activation, ConvLayer, HirProgram, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
-from systolix.ir.postops import AddBroadcast, AddConstant, AddTensor, Clip, MulBroadcast, MulTensor, Relu, Scale, ScalePixels, Slope
+from systolix.ir.postops import AddBroadcast, AddConstant, AddTensor, Clip, MulBroadcast, MulTensor, Relu, Save, Scale, ScalePixels, Slope
 from systolix.numerics import DataType
 
 # A tensor's range (measured: of the samples' peaks with amplify_weights' headrooms; estimated:
@@ -64,7 +64,7 @@ GPTQ_FACTOR = 0.25
 REQUIRED_GAIN = 0.5
 
 # Accumulator operations that commute with a positive scale (constants aside, scaled below).
-_HOMOGENEOUS = (Relu, Scale, ScalePixels, Slope, Clip, AddConstant, AddTensor, AddBroadcast, MulTensor, MulBroadcast)
+_HOMOGENEOUS = (Relu, Scale, ScalePixels, Slope, Clip, AddConstant, AddTensor, AddBroadcast, MulTensor, MulBroadcast, Save)
 _HOMOGENEOUS_KINDS = {"slope_map"}
 
 
@@ -147,9 +147,11 @@ def tensor_bounds(hir: HirProgram) -> tuple[dict[int, float], dict[int, float]]:
                 elif isinstance(op, (MulTensor, MulBroadcast)):
                     b = bound(op.operand)
                     acc = acc * b if b is not None else math.inf
-                else:
+                elif not isinstance(op, Save):  # a copy of the tile leaves it as it is
                     acc = math.inf  # unknown: the output stays at exponent 0
                 largest = max(largest, acc)
+                if op.written is not None:
+                    put(op.written, acc)
             if math.isfinite(largest):
                 accumulators[index] = largest  # else unknown (an op not bounded above): absent
             put(layer.output, acc)
@@ -230,6 +232,8 @@ def _exponents(hir: HirProgram, dtype: DataType, tensors: dict[int, float], accu
                     groups.union(_root(op.operand), out)
                 elif op.tensor is not None:
                     pinned.add(_root(op.tensor))  # a product's operand: its exponent would add
+                if op.written is not None:  # a copy of the tile (a subsampled one): the output's exponent
+                    groups.union(_root(op.written), out)
         elif isinstance(layer, (MaxPoolLayer, RemapLayer, ShuffleLayer, PixelMixLayer)):
             # Data movement, max pooling and pixel mixes: the output holds the input's values (or
             # constant combinations of them) at the input's exponent.
