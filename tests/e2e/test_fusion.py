@@ -175,10 +175,11 @@ def test_cli_options_turn_each_fusion_off_or_on(model, tmp_path):
 
 
 class ProjectionNet(nn.Module):
-    """ResNet v2's first unit of a stage, as Keras' CIFAR example builds it: the block's last 1x1
-    conv and a 1x1 projection of the block's input, summed (``merge_residual_convs`` makes them
-    one layer); then a pre-activation read only by a 1x1 conv of stride 2 (``subsample_strided_reads``
-    computes it at the pixels that conv reads), whose block's shortcut is strided too (kept)."""
+    """ResNet v2's first unit of a stage, as Keras' CIFAR example builds it: a block of 1x1 convs
+    whose sum with a 1x1 projection of its input is read only by the next block's pre-activation
+    and strided shortcut (``subsample_strided_reads`` computes the pre-activation, the sum and the
+    1x1 conv before it at the 8x8 pixels read), and that next block, whose strided shortcut and
+    last conv then share their geometry (``merge_residual_convs`` makes them one layer)."""
 
     def __init__(self, c=8):
         super().__init__()
@@ -219,13 +220,18 @@ def test_merged_shortcuts_and_subsampled_preactivations_within_the_bound():
     sub = ir_of(model, "ultra96v2", until="subsample strided reads")
     (pre,) = [layer for layer in sub.layers if layer.ops == ["BatchNormalization", "Relu"]]
     (down,) = [layer for layer in sub.layers if layer.inputs[0].act is pre.output]
-    (source,) = [layer for layer in sub.layers if any(p.written is pre.inputs[0].act for p in layer.post_ops)]
-    # The block sum is saved subsampled from its layer's tail; the pre-activation and both strided
-    # 1x1 convs work on 8x8.
-    assert source.post_ops[-1].stride == (2, 2) and pre.inputs[0].act.H == 8 and pre.stride == down.stride == (1, 1)
+    (source,) = [layer for layer in sub.layers if layer.output is pre.inputs[0].act]
+    # The pre-activation takes the stride, then the block sum it and the strided shortcut read
+    # (its 1x1 conv and residual add, the add reading its operand on the 8x8 grid), then the 1x1
+    # conv before it; the layers after read 8x8 maps at stride 1.
+    (first,) = [layer for layer in sub.layers if layer.output is source.inputs[0].act]
+    assert source.output.H == 8 and source.post_ops[0].stride == (2, 2) and source.stride == (1, 1)
+    assert first.stride == (2, 2) and first.output.H == 8 and pre.stride == down.stride == (1, 1) and pre.output.H == 8
     merged = ir_of(model, "ultra96v2", until="merge residual convs")
-    assert sum(len(layer.inputs) == 2 and layer.ops[:3] == ["Conv", "Conv", "Add"] for layer in merged.layers) == 2
-    assert len(merged.layers) == len(sub.layers) - 2
+    # The strided stage's shortcut and last conv; the first block's stays apart (its last conv
+    # now computes 8x8, its shortcut 16x16, read at stride 2 by the add).
+    assert sum(len(layer.inputs) == 2 and layer.ops[:3] == ["Conv", "Conv", "Add"] for layer in merged.layers) == 1
+    assert len(merged.layers) == len(sub.layers) - 1
     x = np.random.default_rng(4).standard_normal((1, 3, 16, 16)).astype(np.float32)
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     bound = output_bounds(model, {"x": x})["y"]

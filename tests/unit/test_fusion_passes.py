@@ -168,6 +168,33 @@ def test_a_pointwise_layer_read_only_by_a_strided_one_by_one_conv_computes_only_
         assert same(subsample_strided_reads(kept, None), kept)
 
 
+def test_a_block_sum_only_strided_one_by_one_convs_read_is_computed_at_their_pixels():
+    # ResNet v2's last block before a strided stage: a 1x1 conv and its residual add (pointwise),
+    # read by the next stage's pre-activation (which takes the stride first) and its shortcut.
+    x, r = Activation("x", 3, 5, 5, N, order="pixel"), Activation("r", 4, 5, 5, N)
+    s, p = Activation("s", 4, 5, 5, N), Activation("p", 4, 5, 5, N)
+    t, y = Activation("t", 4, 3, 3, N), Activation("y", 4, 3, 3, N, order="pixel")
+    w0, w1, w2 = (RNG.normal(size=(4, 4, 1, 1)).astype(np.float32) for _ in range(3))
+    head = ConvLayer("head", [ConvInput(x, weights=W)], r, B, (3, 3), pads=(1, 1, 1, 1), ops=["Conv"], nodes=["head"], macs=1)
+    last = ConvLayer("last", [ConvInput(r, weights=w0)], s, B, (1, 1), post_ops=[AddTensor(r)], ops=["Conv", "Add"],
+                     nodes=["last", "add"], macs=25)
+    down = ConvLayer("down", [ConvInput(p, weights=w1)], t, B, (1, 1), stride=(2, 2), post_ops=[Relu()], ops=["Conv", "Relu"],
+                     nodes=["down"], macs=1)
+    shortcut = ConvLayer("shortcut", [ConvInput(s, weights=w2)], y, B, (1, 1), stride=(2, 2), post_ops=[AddTensor(t)],
+                         ops=["Conv", "Add"], nodes=["shortcut", "add"], macs=1)
+    before = program([head, last, bn_relu(s, p), down, shortcut], x, y)
+    s3, p3 = Activation("s", 4, 3, 3, N), Activation("p", 4, 3, 3, N)
+    expected = program([
+        head,
+        dataclasses.replace(last, output=s3, stride=(2, 2), post_ops=[AddTensor(r, stride=(2, 2))], macs=9),
+        dataclasses.replace(bn_relu(s3, p3), stride=(1, 1)),
+        dataclasses.replace(down, inputs=[ConvInput(p3, weights=w1)], stride=(1, 1)),
+        dataclasses.replace(shortcut, inputs=[ConvInput(s3, weights=w2)], stride=(1, 1))], x, y)
+    after = subsample_strided_reads(before, None)
+    assert same(after, expected)
+    assert "add r (every 2th row's every 2th pixel)" in after.text()
+
+
 def test_a_tensor_only_strided_one_by_one_convs_read_is_saved_subsampled_from_its_producers_tail():
     # ResNet v2's block sum before a strided stage: its pre-activation (which takes the stride,
     # as above) and the projection shortcut read it at stride 2; the sum's layer saves that copy.

@@ -205,8 +205,10 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     sums (a projection shortcut and the block's last conv) as one layer whose MatMuls accumulate
     both (``systolix.hir_passes.merge_residual_convs``; ``False``: the second adds the first's
     saved output).
-    ``subsample_strided_reads``: compute a pointwise layer (a pre-activation batch norm and ReLU) that
-    only a strided 1x1 conv reads at the pixels that conv reads (``systolix.hir_passes.subsample_strided_reads``).
+    ``subsample_strided_reads``: compute a pointwise layer whose output only strided 1x1 convs read
+    (a pre-activation batch norm and ReLU, a block's last 1x1 conv and residual add) at the pixels
+    they read, or save such a tensor subsampled from its producer's tail
+    (``systolix.hir_passes.subsample_strided_reads``).
     ``batch``: images one program runs (1 to ``systolix.compiler.batch.MAX_BATCH``), each weight
     tile streaming all of them; default 1, or the batch the model's inputs fix (a model exported
     with batch 4 compiles as a batch-4 program). The outputs are bit for bit the batch-1 program's.

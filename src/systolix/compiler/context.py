@@ -58,7 +58,7 @@ class CompileContext:
     """Compute two convs of the same geometry that a residual add sums as one layer accumulating
     both (``systolix.hir_passes.merge_residual_convs``)."""
     subsample_strided_reads: bool = True
-    """Compute a pointwise layer read only by a strided 1x1 conv at the pixels that conv reads
+    """Compute (or store) a tensor that only strided 1x1 convs read at the pixels they read
     (``systolix.hir_passes.subsample_strided_reads``)."""
     batch: int = 1
     """Images one program runs (``systolix compile --batch``): each weight tile loaded into the

@@ -43,6 +43,7 @@ import math
 import numpy as np
 
 from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
+from systolix.ir.postops import AddTensor
 
 #: Pixels a vector.
 PIXELS = 2
@@ -83,6 +84,8 @@ def _post_op_packable(op, C: int, packed: set[int]) -> bool:
         return False
     for f in dataclasses.fields(op):
         v = getattr(op, f.name)
+        if isinstance(op, AddTensor) and f.name == "stride" and v == (1, 1):
+            continue  # a plain add (a strided one reads the operand on a grid of its own)
         if isinstance(v, Activation):
             if id(v) not in packed:
                 return False

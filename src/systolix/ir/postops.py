@@ -115,9 +115,12 @@ def _channels(values: np.ndarray) -> np.ndarray:
 # --- operations with another tensor ------------------------------------------------------------
 @dataclass(eq=False)
 class AddTensor(PostOp):
-    """``+ tensor`` (a residual add, or the parts of a split reduction)."""
+    """``+ tensor`` (a residual add, or the parts of a split reduction). ``stride`` ``(sh, sw)``:
+    the operand's every ``sh``-th row's every ``sw``-th pixel (a layer computing only the pixels a
+    strided 1x1 conv reads, ``systolix.hir_passes.subsample_strided_reads``)."""
 
     operand: Any = None
+    stride: tuple[int, int] = (1, 1)
     kind: ClassVar[str] = "add"
     swappable: ClassVar[bool] = True
 
@@ -126,22 +129,29 @@ class AddTensor(PostOp):
         return self.operand
 
     def evaluate(self, acc, read):
-        return acc + read(self.operand)
+        sh, sw = self.stride
+        return acc + read(self.operand)[..., ::sh, ::sw]
 
     def emit(self, t, slot) -> None:
         e, memory = t.e, t.memory
         base, gs, hs, ws = memory.strides(self.operand)
         n = t.per_group
+        sh, sw = self.stride
         if memory.on_chip(self.operand):
             for go in t.groups():
-                e.move(base + go * gs + t.oh0 * hs, t.group_base(go), n, accumulate=True)
+                if (sh, sw) == (1, 1):
+                    e.move(base + go * gs + t.oh0 * hs, t.group_base(go), n, accumulate=True)
+                    continue
+                for r in range(t.rows):  # a strided row of the operand onto each row of the tile
+                    e.move(base + go * gs + (t.oh0 + r) * sh * hs, t.group_base(go) + r * t.OW, t.OW, sw * ws, 1, accumulate=True)
             return
         for go in t.groups():
-            e.load_rows(t.stage + (go - t.go0) * n, base + go * gs + t.oh0 * hs, t.rows, t.OW, hs, ws)
+            e.load_rows(t.stage + (go - t.go0) * n, base + go * gs + t.oh0 * sh * hs, t.rows, t.OW, sh * hs, sw * ws)
         e.move(t.stage, t.acc, t.n_vec, accumulate=True)
 
     def text(self) -> str:
-        return f"add {self.operand.name}"
+        every = f" (every {self.stride[0]}th row's every {self.stride[1]}th pixel)" if self.stride != (1, 1) else ""
+        return f"add {self.operand.name}{every}"
 
 
 @dataclass(eq=False)
