@@ -62,10 +62,11 @@ from systolix.numerics import DataType
 # over 32 samples, 2.0x its layer's). Measured on ResNet-20, the MobileNetV2 stack and the MLP,
 # 300 inputs each: no sum saturated, and these settings had the smallest errors of those tried
 # that did not saturate. A layer headroom of 1.25 saturated no more of 1,000 image-like inputs
-# (ResNet-20 v2: the same 1; the MobileNetV2 stack: none; 2.25 / 2.0 for the channel's: 2-3 and
-# 12 ResNet-20 inputs), took larger gains and had smaller errors on those inputs, but ResNet-20
-# v2's logits on random normal inputs got worse (x2.35 -> x2.46 the limit, bench_accuracy) while
-# every layer before them got 4 to 6% better: its logits' error is not the sums' rounding alone.
+# (``scripts/agreement.py``; ResNet-20 v2: the same 1; the MobileNetV2 stack: none; a channel
+# headroom of 2.25 or 2.0 would saturate 2 and 12 ResNet-20 inputs, from float runs), took larger
+# gains and had smaller errors on those inputs, but ResNet-20 v2's logits on random normal inputs
+# got worse (x2.35 -> x2.46 the limit, bench_accuracy) while no layer before them did (up to 7%
+# better): its logits' error is not the sums' rounding alone. So 1.5 stays.
 LAYER_HEADROOM = 1.5
 # A channel's own peak counts only down to this fraction of its layer's largest: a few samples
 # say little about one channel's tail (measured: 16 samples under-estimate a channel's peak over
