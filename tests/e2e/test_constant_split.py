@@ -30,17 +30,22 @@ def feeds(resnet20):
     return {name: np.stack([it[name] for it in items]) for name in items[0]}, items
 
 
+# Plain weights: with estimated gains a program after a cut would estimate from its own inputs,
+# so its gains (not its function) would differ from the whole program's. And every pixel kept,
+# no residual convs merged: a program after a cut reads a tensor crossing it whole, so which
+# layers those rewrites reach (and how the merged sums round) would differ too.
+SAME_LAYERS = {"estimate_gains": False, "merge_residual_convs": False, "subsample_strided_reads": False}
+
+
 @pytest.fixture(scope="module")
 def whole(resnet20):
-    # Plain weights: with estimated gains a program after a cut would estimate from its own
-    # inputs, so its gains (not its function) would differ from the whole program's.
-    return compile_model(resnet20, "pynqz1", estimate_gains=False)
+    return compile_model(resnet20, "pynqz1", **SAME_LAYERS)
 
 
 def test_split_programs_fit_and_compute_what_one_program_does(resnet20, whole, feeds, tmp_path):
     batch, items = feeds
     small = get_architecture("pynqz1").model_copy(update={"dram1_depth": SMALL_DRAM1})
-    split = compile_model(resnet20, small, estimate_gains=False)
+    split = compile_model(resnet20, small, **SAME_LAYERS)
     assert [s.kind for s in split.summary.segments] == ["accelerator"] * 3
     assert split.summary.constant_cuts == 2 and whole.summary.constant_cuts == 0
     for seg in split.summary.segments:
@@ -71,7 +76,7 @@ def test_one_layer_past_dram1_is_split_by_output_channels(resnet20, whole, feeds
     # convolutions like it: their 64 output channels become two slices of 32 in programs of
     # their own (tests/e2e/test_layer_split.py).
     tiny = get_architecture("pynqz1").model_copy(update={"dram1_depth": 16384})
-    split = compile_model(resnet20, tiny, estimate_gains=False)
+    split = compile_model(resnet20, tiny, **SAME_LAYERS)
     assert "stage3_unit1_b_conv" in split.summary.split_layers and set(split.summary.split_layers.values()) == {2}
     assert all(seg.lir.consts.shape[0] <= 16384 for seg in split.summary.segments)
     batch, _ = feeds

@@ -51,16 +51,17 @@ class PreactNet(nn.Module):
         return torch.relu(self.post(x)), z
 
 
-def exported(pad=True, size=24) -> onnx.ModelProto:
-    torch.manual_seed(0)
-    module = PreactNet(pad=pad)
+def _exported(module: nn.Module, size: int, outputs: list[str], trained_scales: bool) -> onnx.ModelProto:
+    """``module`` with its batch norms fitted to random inputs (``trained_scales``: scales and
+    shifts drawn as a trained network's, not the identity), exported by torch."""
     module.train()
     for bn in module.modules():
         if isinstance(bn, nn.BatchNorm2d):
             bn.momentum = None
-            with torch.no_grad():  # a trained network's scales and shifts, not the identity
-                bn.weight.uniform_(0.5, 1.5)
-                bn.bias.uniform_(-0.5, 0.5)
+            if trained_scales:
+                with torch.no_grad():
+                    bn.weight.uniform_(0.5, 1.5)
+                    bn.bias.uniform_(-0.5, 0.5)
     with torch.no_grad():
         for _ in range(3):
             module(torch.randn(8, 3, size, size))
@@ -68,8 +69,13 @@ def exported(pad=True, size=24) -> onnx.ModelProto:
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, torch.randn(1, 3, size, size), buf, input_names=["x"], output_names=["y", "z"], opset_version=17, dynamo=False)
+        torch.onnx.export(module, torch.randn(1, 3, size, size), buf, input_names=["x"], output_names=outputs, opset_version=17, dynamo=False)
     return onnx.load_from_string(buf.getvalue())
+
+
+def exported(pad=True, size=24) -> onnx.ModelProto:
+    torch.manual_seed(0)
+    return _exported(PreactNet(pad=pad), size, ["y", "z"], trained_scales=True)
 
 
 @pytest.fixture(scope="module")
@@ -198,20 +204,7 @@ class ProjectionNet(nn.Module):
 
 def exported_projection(size=16) -> onnx.ModelProto:
     torch.manual_seed(3)
-    module = ProjectionNet()
-    module.train()
-    for bn in module.modules():
-        if isinstance(bn, nn.BatchNorm2d):
-            bn.momentum = None
-    with torch.no_grad():
-        for _ in range(3):
-            module(torch.randn(8, 3, size, size))
-    module.eval()
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, torch.randn(1, 3, size, size), buf, input_names=["x"], output_names=["y"], opset_version=17, dynamo=False)
-    return onnx.load_from_string(buf.getvalue())
+    return _exported(ProjectionNet(), size, ["y"], trained_scales=False)
 
 
 def test_merged_shortcuts_and_subsampled_preactivations_within_the_bound():

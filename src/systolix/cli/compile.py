@@ -151,8 +151,8 @@ def compile_command(
                                                  help="Keep two convs whose outputs a residual add sums as two layers (by "
                                                       "default, when they share their geometry, one layer accumulates both)."),
     no_subsample_strided_reads: bool = typer.Option(False, "--no-subsample-strided-reads",
-                                                help="Compute and store every pixel of a tensor that only strided 1x1 convs "
-                                                     "read (by default only the pixels they read)."),
+                                                    help="Compute and store every pixel of a tensor that only strided 1x1 "
+                                                         "convs read (by default only the pixels they read)."),
     batch: int = typer.Option(None, "--batch", "-b", min=1, max=1024,
                               help="Images one program runs (1 to 1024): each weight tile loaded into the array streams every "
                                    "image (default 1, or the batch the model's inputs fix). The inputs and outputs hold the "

@@ -54,8 +54,8 @@ def emit(plan: Plan, ctx) -> LirProgram:
     for k, (layer, lp, c) in enumerate(zip(hir.layers, plan.layers, plan.constants.layers)):
         start = len(e.out)
         if isinstance(layer, ConvLayer):
-            # A conv whose output only strided copies are read from (``subsample_strided_reads``)
-            # saves those alone.
+            # A conv whose output nothing reads but through the copies its tail saves (strided:
+            # ``subsample_strided_reads``; pooled: ``fuse_strided_pools``) saves those alone.
             keep = id(layer.output) in read or layer.output.parent is not None
             emit_conv(layer, lp, c.data, plan.memory, e, keep_output=keep)  # every image of a batch program
         else:
