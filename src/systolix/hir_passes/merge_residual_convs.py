@@ -57,7 +57,8 @@ def merge_residual_convs(hir: HirProgram, ctx=None) -> HirProgram:
     for k, layer in enumerate(layers):
         if not isinstance(layer, ConvLayer) or not layer.open or layer.scaling_ops or layer.foldable:
             continue
-        if layer.statistics is not None or not layer.post_ops or not isinstance(layer.post_ops[0], AddTensor):
+        if (layer.statistics is not None or not layer.post_ops or not isinstance(layer.post_ops[0], AddTensor)
+                or layer.post_ops[0].stride != (1, 1)):
             continue
         operand = layer.post_ops[0].operand
         j = producer.get(id(operand))

@@ -91,7 +91,9 @@ def subsample_strided_reads(hir: HirProgram, ctx=None) -> HirProgram:
         if any((sub.H, sub.W) != (layers[k].output.H, layers[k].output.W) for k in readers):
             continue
         post = [dataclasses.replace(p, stride=stride) if isinstance(p, AddTensor) else p for p in source.post_ops]
-        layers[j] = dataclasses.replace(source, output=sub, stride=stride, post_ops=post, macs=source.macs * sub.P // x.P)
+        # ``macs`` stay the model's: the layer map counts the ONNX graph's work (what the compute
+        # bound and MAC efficiency are of), and the pixels skipped are part of it.
+        layers[j] = dataclasses.replace(source, output=sub, stride=stride, post_ops=post)
         for k in readers:
             layers[k] = _reading(layers[k], sub)
     # A tensor only strided 1x1 convs read, all of the same stride: saved subsampled beside it.
