@@ -1,6 +1,6 @@
 """The fusion passes that keep data where it is (``fold_pads_into_pools``, ``fuse_strided_pools``,
-``fuse_preactivations``, ``merge_residual_convs``, ``subsample_strided_reads``): each test builds the HIR before and the HIR expected after and compares
-them structurally (``systolix.ir.same``)."""
+``fuse_preactivations``, ``subsample_strided_reads``, ``merge_residual_convs``): each test builds
+the HIR before and the HIR expected after and compares them structurally (``systolix.ir.same``)."""
 
 from __future__ import annotations
 
