@@ -61,14 +61,7 @@ from systolix.numerics import DataType
 # samples say little about one channel's tail (on ResNet-20, one logit reached 2.4x its own peak
 # over 32 samples, 2.0x its layer's). Measured on ResNet-20, the MobileNetV2 stack and the MLP,
 # 300 inputs each: no sum saturated, and these settings had the smallest errors of those tried
-# that did not saturate. A layer headroom of 1.25 saturated no more of 1,000 image-like inputs
-# (``scripts/agreement.py``; ResNet-20 v2: the same 1; the MobileNetV2 stack: none; a channel
-# headroom of 2.25 or 2.0 with it would saturate 2 and 12 ResNet-20 inputs, from float runs), took
-# larger gains and had smaller errors on those inputs, but ResNet-20 v2's logits on random normal
-# inputs got worse (x2.35 -> x2.46 the limit, bench_accuracy) while no layer before them did (up
-# to 7% better): its logits' error is not the sums' rounding alone. A channel headroom of 2.0 (the
-# layer's 1.5) did the opposite: the same 1 input saturated, random normal x2.33 -> x1.88, but the
-# image-like inputs' top-2 error rose from 2.07 to 2.27 LSB RMS. So 2.5 and 1.5 stay.
+# that did not saturate.
 LAYER_HEADROOM = 1.5
 # A channel's own peak counts only down to this fraction of its layer's largest: a few samples
 # say little about one channel's tail (measured: 16 samples under-estimate a channel's peak over

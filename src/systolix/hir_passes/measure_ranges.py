@@ -92,11 +92,6 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
     for feeds in samples:
         ev = evaluated(feeds)
         for index, peak in ev.accumulator_max.items():
-            if index in ev.product_max:
-                # A diagonal tap's product on its own (a fused affine's SIMD multiply before its
-                # bias add): on ResNet-20 v2 with the headrooms cut to 1.25, such products passed
-                # the limit on twice as many inputs as the sums with the bias (1,000 inputs).
-                peak = np.maximum(peak, ev.product_max[index])
             peaks.setdefault(index, []).append(peak)
             seen = [float(np.max(np.abs(ev.read(inp.act)), initial=0.0)) for inp in hir.layers[index].inputs]
             inputs[index] = seen if index not in inputs else [max(a, b) for a, b in zip(inputs[index], seen)]

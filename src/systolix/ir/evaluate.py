@@ -31,11 +31,6 @@ class Evaluation:
     """layer index -> per output channel, the largest |value| its accumulators hold (with the
     bias, before the accumulator operations; an average pool's also through its own scaling,
     ``ConvLayer.scaling_ops``)"""
-    product_max: dict[int, np.ndarray] = field(default_factory=dict)
-    """layer index -> per output channel, the largest |product| of a diagonal input's tap on its
-    own, without the bias or other taps: a diagonal block's MatMul after the first holds it, and
-    a per-channel affine fused into its producer's tail (``fuse_preactivations``) multiplies
-    first and adds the bias after, each result saturating (layers with no diagonal input: none)"""
 
     def read(self, act: Activation) -> np.ndarray:
         """``act`` as ``[C, H, W]``."""
@@ -109,12 +104,9 @@ def _conv(ev: Evaluation, layer: ConvLayer, index: int) -> np.ndarray:
         for kh, kw, window in taps(x, out.H, out.W, layer.kernel, layer.stride, layer.dilation, layer.pads, 0.0):
             window = window.reshape(x.shape[0], -1)
             if inp.weights is None:
-                term = inp.diagonal[:, kh, kw].astype(np.float64)[:, None] * window
-                acc += term
+                acc += inp.diagonal[:, kh, kw].astype(np.float64)[:, None] * window
                 if acc.size:
                     peak = np.maximum(peak, np.max(np.abs(acc), axis=1))
-                    alone = np.max(np.abs(term), axis=1)
-                    ev.product_max[index] = np.maximum(ev.product_max.get(index, alone), alone)
                 continue
             # A dense tap goes through the array one block of N input channels at a time.
             for c0 in range(0, x.shape[0], inp.act.N):
