@@ -9,6 +9,7 @@ from systolix.codegen.movement import emit_maxpool, emit_pixelmix, emit_remap, e
 from systolix.codegen.matmul_tensors import emit_matmul_tensors
 from systolix.ir.hir import TensorMatMulLayer
 from systolix.codegen.transpose_tokens import emit_transpose_tokens
+from systolix.hir_passes.uses import reader_counts
 from systolix.ir.hir import TokenTransposeLayer
 from systolix.ir.hir import ConvLayer, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
 from systolix.ir.layout import canonical_chw
@@ -33,22 +34,12 @@ def _placements(plan: Plan, acts: dict, shapes: dict) -> list[TensorPlacement]:
     return out
 
 
-def _read_tensors(hir) -> set[int]:
-    """Tensors (by id) that a layer reads, whole or through a view of them, or that are, or hold,
-    a program output."""
-    read: set[int] = set()
-    for act in [a for layer in hir.layers for a in layer.reads()] + list(hir.outputs.values()):
-        while act is not None:
-            read.add(id(act))
-            act = act.parent[0] if act.parent is not None else None
-    return read
-
-
 def emit(plan: Plan, ctx) -> LirProgram:
     """The pass: every layer's instructions, in order, with the layer map."""
     e = Emitter(ctx.arch)
     hir = plan.hir
-    read = _read_tensors(hir)
+    read = reader_counts(hir)
+    outputs = {id(a.root()[0]) for a in hir.outputs.values()}
     records = []
     progress = ctx.reporter("scheduling")
     for k, (layer, lp, c) in enumerate(zip(hir.layers, plan.layers, plan.constants.layers)):
@@ -56,7 +47,7 @@ def emit(plan: Plan, ctx) -> LirProgram:
         if isinstance(layer, ConvLayer):
             # A conv whose output nothing reads but through the copies its tail saves (strided:
             # ``subsample_strided_reads``; pooled: ``fuse_strided_pools``) saves those alone.
-            keep = id(layer.output) in read or layer.output.parent is not None
+            keep = read.get(id(layer.output), 0) > 0 or id(layer.output) in outputs or layer.output.parent is not None
             emit_conv(layer, lp, c.data, plan.memory, e, keep_output=keep)  # every image of a batch program
         else:
             # Layers without weights to share run image after image.

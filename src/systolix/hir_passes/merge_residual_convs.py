@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from systolix.hir_passes.uses import reader_counts
+from systolix.hir_passes.uses import Uses
 from systolix.ir.hir import ConvInput, ConvLayer, HirProgram
 from systolix.ir.postops import AddTensor
 
@@ -27,10 +27,9 @@ def _same_geometry(a: ConvLayer, b: ConvLayer) -> bool:
             and a.phases == b.phases and (a.output.C, a.output.H, a.output.W) == (b.output.C, b.output.H, b.output.W))
 
 
-def _pure_sum(layer) -> bool:
-    """A conv layer whose output is its sum: no post-op, no statistics of a folded batch norm."""
-    return (isinstance(layer, ConvLayer) and layer.open and not layer.post_ops and not layer.scaling_ops
-            and not layer.foldable and layer.statistics is None)
+def _pure_sum(layer: ConvLayer) -> bool:
+    """Its output is its sum: no post-op, no statistics of a folded batch norm."""
+    return not layer.post_ops and not layer.scaling_ops and not layer.foldable and layer.statistics is None
 
 
 def _joined_inputs(first: list[ConvInput], second: list[ConvInput]) -> list[ConvInput]:
@@ -50,29 +49,22 @@ def _joined_inputs(first: list[ConvInput], second: list[ConvInput]) -> list[Conv
 def merge_residual_convs(hir: HirProgram, ctx=None) -> HirProgram:
     if not getattr(ctx, "merge_residual_convs", True):
         return hir
-    readers = reader_counts(hir)
-    outputs = {id(a.root()[0]) for a in hir.outputs.values()}
-    producer = {id(layer.output): k for k, layer in enumerate(hir.layers)}
-    layers = list(hir.layers)
-    for k, layer in enumerate(layers):
-        if not isinstance(layer, ConvLayer) or not layer.open or layer.scaling_ops or layer.foldable:
+    uses = Uses(hir)
+    layers: list = []
+    for layer in hir.layers:
+        add = layer.post_ops[0] if isinstance(layer, ConvLayer) and layer.post_ops else None
+        # The conv computing the add's operand, whole, read by this add alone (``Uses.joinable``).
+        first = uses.joinable(add.operand) if isinstance(add, AddTensor) and add.stride == (1, 1) else None
+        if (first is None or not layer.open or layer.scaling_ops or layer.foldable or layer.statistics is not None
+                or not _pure_sum(first) or not _same_geometry(first, layer)):
+            layers.append(layer)
+            uses.produced(layer)
             continue
-        if (layer.statistics is not None or not layer.post_ops or not isinstance(layer.post_ops[0], AddTensor)
-                or layer.post_ops[0].stride != (1, 1)):
-            continue
-        operand = layer.post_ops[0].operand
-        j = producer.get(id(operand))
-        if j is None or j >= k or layers[j] is None:
-            continue
-        first = layers[j]
-        if (not _pure_sum(first) or operand.parent is not None or id(operand) in outputs or readers.get(id(operand), 0) != 1
-                or not _same_geometry(first, layer)):
-            continue
-        layers[k] = dataclasses.replace(
+        merged = dataclasses.replace(
             layer, inputs=_joined_inputs(first.inputs, layer.inputs), bias=np.asarray(first.bias + layer.bias, np.float32),
             post_ops=layer.post_ops[1:], ops=first.ops + layer.ops, nodes=first.nodes + layer.nodes,
             macs=first.macs + layer.macs)
-        layers[j] = None
-    if all(layer is not None for layer in layers):
-        return hir
-    return dataclasses.replace(hir, layers=[layer for layer in layers if layer is not None])
+        layers.remove(first)
+        layers.append(merged)
+        uses.produced(merged)
+    return dataclasses.replace(hir, layers=layers)
