@@ -68,3 +68,39 @@ def test_the_correction_cancels_the_mean_error_of_the_rounded_sums():
     corrected = np.mean(x @ wq.T + after.bias - exact, axis=0)
     np.testing.assert_allclose(corrected, (1 - SHARE) * before, atol=0.02 * LSB)
     assert np.sqrt(np.mean(before ** 2)) > 0.5 * LSB  # a mean error worth correcting
+
+
+def _conv_program(w: np.ndarray, mean: np.ndarray) -> HirProgram:
+    hir = _program(w, np.zeros(w.shape[0], np.float32), mean)
+    layer = dataclasses.replace(hir.layers[0], kernel=w.shape[2:], pads=(1, 1, 1, 1))
+    return dataclasses.replace(hir, layers=[layer])
+
+
+def test_an_input_channels_taps_round_to_their_rounded_sum():
+    # By hand: taps of 0.4, 0.45 and 0.3 LSB sum to 1.15, so one of them (the largest remainder)
+    # goes up where the nearest points put all three at 0; taps of -0.6, 0.2, 0.1 sum to -0.3,
+    # rounded 0: the nearest points give -1, 0, 0, balanced they are 0, 0, 0.
+    w = np.array([[[[0.4, 0.45, 0.3]], [[-0.6, 0.2, 0.1]]]], np.float32) * LSB
+    after = correct_biases(_conv_program(w, np.zeros(2)), CompileContext(ARCH)).layers[0]
+    np.testing.assert_array_equal(after.inputs[0].weights / LSB, [[[[0, 1, 0]], [[0, 0, 0]]]])
+
+
+def test_balanced_taps_leave_less_mean_error_than_the_nearest_points():
+    # NumPy: a 3x3 conv's output mean error over inputs whose channel means are the same at every
+    # pixel (as a channel's is): sum_c mean_c * (its taps' summed rounding error). Balanced, each
+    # channel's taps err by at most half a step in sum; each weight by less than one step.
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal((32, 48, 3, 3)) * 0.03).astype(np.float32)
+    mean = rng.uniform(0.2, 1.0, 48)
+    after = correct_biases(_conv_program(w, mean), CompileContext(ARCH)).layers[0]
+    wq = after.inputs[0].weights.astype(np.float64)
+    assert np.all(wq / LSB == np.round(wq / LSB))  # on the grid
+    error = (wq - w) / LSB
+    nearest = (np.floor(w.astype(np.float64) / LSB + 0.5) - w / LSB)
+    assert np.max(np.abs(error)) < 1.0 and np.max(np.abs(error.sum(axis=(2, 3)))) <= 0.5
+    assert np.max(np.abs(nearest.sum(axis=(2, 3)))) > 1.0  # the nearest points' sums do err past it
+    # The systematic error per output (before the bias takes its share): 3x smaller or more.
+    balanced_bias, nearest_bias = error.sum(axis=(2, 3)) @ mean, nearest.sum(axis=(2, 3)) @ mean
+    assert np.sqrt(np.mean(balanced_bias ** 2)) * 2.5 < np.sqrt(np.mean(nearest_bias ** 2))
+    # And the bias takes SHARE of what is left, as for nearest rounding.
+    np.testing.assert_allclose(after.bias, -SHARE * balanced_bias * LSB, atol=1e-6)

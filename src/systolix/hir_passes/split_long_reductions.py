@@ -17,36 +17,48 @@ its own gain and before the layer's own activations (the bias in a part would ta
 room for gain). Only layers whose output is one pixel are split: there the extra saves and adds
 are a few vectors beside a large weight load; a conv's partial tensors would cost a save and a
 load of its whole output per part.
+
+How long a part: a part of ``K`` products at gain ``G_K`` rounds ``K / G_K^2`` products' worth
+(``1/12 LSB^2`` each) and then once more, undoing its gain. A sum of ``K`` products with weights
+of mean zero spreads as ``sqrt(K)``, so a part of ``K`` out of ``C`` takes ``G sqrt(C / K)``, ``G``
+the whole layer's gain, and the total ``C K / (C G^2) + C / K`` is least at ``K = G sqrt(C)``: a
+part as long as its own gain squared. Plain compiles size their parts so, from the whole layer's
+estimated gain (the median of its channels'); calibrated ones keep ``PART_CHANNELS``, where they
+were measured best.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
+from systolix.hir_passes.amplify_weights import channel_gains
+from systolix.hir_passes.estimate_ranges import estimate
+from systolix.hir_passes.measure_ranges import LayerRange
 from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
 from systolix.ir.postops import AddConstant, AddTensor
 
-# Input channels per part (rounded to whole vectors). Smaller parts take more gain but add
-# roundings: on the unit test's 2,048-input head (seeds 0-2, ultra96v2) the error was 1.7, 1.25,
-# 1.0-1.05, 1.0-1.3 and 1.3-1.6 LSB RMS in parts of 64, 128, 256, 512 and 1,024 channels, and
-# 1.7-2.3 whole.
+# Input channels per part in calibrated compiles (rounded to whole vectors). Smaller parts take
+# more gain but add roundings: on the unit test's 2,048-input head (seeds 0-2, ultra96v2) the
+# error was 1.7, 1.25, 1.0-1.05, 1.0-1.3 and 1.3-1.6 LSB RMS in parts of 64, 128, 256, 512 and
+# 1,024 channels, and 1.7-2.3 whole.
 PART_CHANNELS = 256
 PART_NODE = "sum of parts"
 
 
-def reduction_parts(layer, N: int) -> list[tuple[int, int]] | None:
+def reduction_parts(layer, N: int, part_channels: int = PART_CHANNELS) -> list[tuple[int, int]] | None:
     """The ``(first, end)`` input channels of each part of ``layer``, or None to leave it whole:
     one dense 1x1 input, a one-pixel output, no scaling of its own, and at least two parts'
-    worth of input channels."""
+    worth of input channels (``part_channels``, rounded down to whole vectors, at least one)."""
     if not isinstance(layer, ConvLayer) or len(layer.inputs) != 1 or layer.scaling_ops:
         return None
     (inp,) = layer.inputs
     # A 1x1 kernel from one pixel to one pixel: stride and padding cannot matter.
     if inp.weights is None or layer.kernel != (1, 1) or layer.output.P != 1 or inp.act.P != 1:
         return None
-    per_part = max(1, PART_CHANNELS // N) * N
+    per_part = max(1, part_channels // N) * N
     C = inp.act.C
     if C < 2 * per_part:
         return None
@@ -56,20 +68,37 @@ def reduction_parts(layer, N: int) -> list[tuple[int, int]] | None:
 def split_long_reductions(hir: HirProgram, ctx) -> HirProgram:
     """The pass: every layer ``reduction_parts`` splits becomes its parts, in order, the last one
     writing the layer's output. Runs before the ranges are measured or estimated, so each part
-    gets its own gains; plain compiles too (the test's 2,048-input head, plain: 8.1 and 9.9 LSB
-    RMS whole, 3.4 and 3.2 in parts; seeds 1 and 5, ``ultra96v2``). A float architecture rounds
+    gets its own gains; plain compiles too, in parts of ``plain_part_channels`` (the test's
+    2,048-input head, plain, seeds 0, 1 and 5, ``ultra96v2``: 14.0, 8.1 and 9.9 LSB RMS whole;
+    13.9, 3.4 and 3.2 in 8 parts of 256; 3.2, 2.5 and 2.1 in 43, 22 and 32 parts of ``G sqrt(C)``;
+    ResNet-20 v2's 256-input head took the error of its logits from 3.4 to 2.2 times the format's
+    limit, three estimate seeds, 64 random normal inputs). A float architecture rounds
     nothing, so its layers stay whole; without gains (a plain compile without ``estimate_gains``)
     the parts would only cost, so it stays whole too."""
     if not ctx.arch.data_type.is_fixed or not (ctx.samples or ctx.estimate_gains):
         return hir
+    part_channels = {}
+    if not ctx.samples:
+        candidates = [i for i, layer in enumerate(hir.layers) if reduction_parts(layer, hir.N, hir.N)]
+        ranges = estimate(hir) if candidates else {}
+        part_channels = {i: plain_part_channels(hir.layers[i], ranges[i], ctx.arch.data_type, hir.N)
+                         for i in candidates if i in ranges}
     layers = []
-    for layer in hir.layers:
-        parts = reduction_parts(layer, hir.N)
+    for index, layer in enumerate(hir.layers):
+        parts = reduction_parts(layer, hir.N, part_channels.get(index, PART_CHANNELS))
         if parts is None:
             layers.append(layer)
         else:
             layers.extend(_parts(layer, parts, hir.N))
     return dataclasses.replace(hir, layers=layers)
+
+
+def plain_part_channels(layer: ConvLayer, seen: LayerRange, dtype, N: int) -> int:
+    """Input channels a part for an estimated-gain compile: ``G sqrt(C)`` (the module's note), ``G``
+    the gain ``amplify_weights`` would give the whole layer (its channels' median), in whole
+    vectors, at least one."""
+    gain = 2.0 ** float(np.median(channel_gains(layer, seen, dtype)))
+    return max(N, round(gain * math.sqrt(layer.inputs[0].act.C) / N) * N)
 
 
 def _parts(layer: ConvLayer, parts: list[tuple[int, int]], N: int) -> list[ConvLayer]:
