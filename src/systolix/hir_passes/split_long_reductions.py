@@ -20,9 +20,9 @@ load of its whole output per part.
 
 How long a part: a part of ``K`` products at gain ``G_K`` rounds ``K / G_K^2`` products' worth
 (``1/12 LSB^2`` each) and then once more, undoing its gain. A sum of ``K`` products with weights
-of mean zero spreads as ``sqrt(K)``, so a part of ``K`` out of ``C`` takes ``G sqrt(C / K)``, ``G``
-the whole layer's gain, and the total ``C K / (C G^2) + C / K`` is least at ``K = G sqrt(C)``: a
-part as long as its own gain squared. Plain compiles size their parts so, from the whole layer's
+of mean zero spreads as ``sqrt(K)``, so a part of ``K`` of the ``C`` takes ``G_K = G sqrt(C / K)``
+(``G`` the whole layer's gain), and the ``C / K`` parts round ``K / G^2 + C / K`` in all, least at
+``K = G sqrt(C)``: a part as long as its own gain squared. Plain compiles size their parts so, from the whole layer's
 estimated gain (the median of its channels'); calibrated ones keep ``PART_CHANNELS``, where they
 were measured best.
 """
