@@ -53,6 +53,8 @@ def summary_tables(summary) -> list[Table]:
     if summary.constant_cuts:
         totals.add_row("constants", f"{summary.consts_vectors:,} vectors, more than {consts_memory}'s {consts_depth:,}: "
                                     f"{summary.constant_cuts + 1} programs in a row, each with its own constants")
+    if summary.unfused_pools:
+        totals.add_row("max pools", f"layers of their own, not fused into their convs' tails: {summary.unfused_pools}")
     if summary.split_layers:
         totals.add_row("split layers", ", ".join(f"{name} into {k} slices of output channels" for name, k in summary.split_layers.items()))
     exps = [round(float(k), 2) for g in summary.gains.values() for k in g]  # estimated gains need not be whole

@@ -31,7 +31,7 @@ from systolix.compiler.program import Program, Segment
 from systolix.errors import SystolixError
 from systolix.frontend import FrontendError, graph_from_model, import_onnx
 from systolix.ir import Graph
-from systolix.planning.errors import STRATEGIES
+from systolix.planning.errors import STRATEGIES, PoolWindowsDoNotFit
 from systolix.runtime.model import Model
 from systolix.runtime.partitioned import PartitionedModel
 
@@ -70,6 +70,9 @@ class CompileSummary:
     """nodes too large for DRAM1, split by output channels: node name -> slices"""
     batch: int = 1
     """images each program runs (``--batch``); ``macs`` counts all of them"""
+    unfused_pools: str | None = None
+    """why max pools were not fused into the convs before them (``fuse_pools`` asked for but a
+    tile too small for a pool window), or None"""
 
     @property
     def host_nodes(self) -> list[str]:
@@ -236,11 +239,23 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         stem = Path(source).stem if not isinstance(model_or_path, (onnx.ModelProto, bytes, bytearray)) else (graph.name or "model")
         name = f"{_safe_name(stem)}_{_safe_name(str(arch.array_size))}x{arch.array_size}"
     samples = None if calibration is None else calibration_samples(calibration, graph)
-    ctx = CompileContext(arch, strategy, samples, host, split, listing, name, progress=progress, onnx_model=onnx_model,
-                         pack_inputs=pack_inputs, pack_width=pack_width, estimate_gains=estimate_gains, pipeline=pipeline, schedule=schedule, batch=batch,
-                         fuse_pools=fuse_pools, fuse_preactivations=fuse_preactivations,
-                         merge_residual_convs=merge_residual_convs, subsample_strided_reads=subsample_strided_reads)
-    program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
+    def context(fuse_pools: bool) -> CompileContext:
+        return CompileContext(arch, strategy, samples, host, split, listing, name, progress=progress, onnx_model=onnx_model,
+                              pack_inputs=pack_inputs, pack_width=pack_width, estimate_gains=estimate_gains, pipeline=pipeline,
+                              schedule=schedule, batch=batch, fuse_pools=fuse_pools,
+                              fuse_preactivations=fuse_preactivations, merge_residual_convs=merge_residual_convs,
+                              subsample_strided_reads=subsample_strided_reads)
+
+    ctx = context(fuse_pools)
+    unfused_pools = None
+    try:
+        program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
+    except PoolWindowsDoNotFit as e:
+        # A fused pool needs whole windows in a tile; where a layer's tile holds fewer rows (a
+        # batch program on a small array) the pools stay layers of their own, as before fusion.
+        unfused_pools = str(e).split(";")[0]
+        ctx = context(False)
+        program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
     graph = program.graph  # (a layer too large for DRAM1 is split into several nodes)
     segments = program.segments
     placement = {}
@@ -262,6 +277,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     files = {k: v for k, v in files.items() if k != top} | {top: files[top]}
     summary = _summary(source, arch, strategy, program, placement, samples)
     summary.split_layers = dict(ctx.split_layers)
+    summary.unfused_pools = unfused_pools
     summary.batch = batch
     summary.seconds = time.perf_counter() - started
     tmp = Path(tempfile.mkdtemp(prefix="systolix-compile-"))

@@ -11,6 +11,12 @@ class SchedulingError(SystolixError):
     """A layer does not fit the architecture's memories."""
 
 
+class PoolWindowsDoNotFit(SchedulingError):
+    """A conv's tail saves a fused ``k x k`` max pool (``fuse_pools``), but fewer than ``k`` of its
+    output rows fit a tile (a batch program on a small array): the compiler then compiles again
+    with the pools as layers of their own."""
+
+
 class ConstantsDoNotFit(SchedulingError):
     """The program's constants need more of DRAM1 (or local memory) than the architecture has.
 

@@ -22,7 +22,7 @@ import numpy as np
 from systolix.ir.hir import ConvLayer, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
 from systolix.ir.lir import Memory
 from systolix.ir.plan import BANDS, PIPELINED, ROWS_THEN_GROUPS, Buffer, LayerPlan, Plan, Stage
-from systolix.planning.errors import SchedulingError
+from systolix.planning.errors import PoolWindowsDoNotFit, SchedulingError
 from systolix.ir.hir import TensorMatMulLayer
 from systolix.planning.matmul_tensors import matmul_tensors
 from systolix.ir.hir import TokenTransposeLayer
@@ -121,8 +121,8 @@ def _whole_windows(layer, R: int) -> int:
     if k == 1 or R >= layer.output.H or not R:
         return R
     if R < k:
-        raise SchedulingError(f"layer {layer.name!r} saves a {k}x{k} max pool from its tail but only {R} output rows fit a tile; "
-                              f"compile with --no-fuse-pools (fuse_pools=False)")
+        raise PoolWindowsDoNotFit(f"layer {layer.name!r} saves a {k}x{k} max pool from its tail but only {R} output rows "
+                                  f"fit a tile; compile with --no-fuse-pools (fuse_pools=False)")
     return R - R % k
 
 
