@@ -253,7 +253,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     except PoolWindowsDoNotFit as e:
         # A fused pool needs whole windows in a tile; where a layer's tile holds fewer rows (a
         # batch program on a small array) the pools stay layers of their own, as before fusion.
-        unfused_pools = str(e).split(";")[0]
+        unfused_pools = e.reason
         ctx = context(False)
         program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
     graph = program.graph  # (a layer too large for DRAM1 is split into several nodes)

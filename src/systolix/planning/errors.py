@@ -16,6 +16,11 @@ class PoolWindowsDoNotFit(SchedulingError):
     output rows fit a tile (a batch program on a small array): the compiler then compiles again
     with the pools as layers of their own."""
 
+    def __init__(self, layer: str, window: int, rows: int):
+        self.layer, self.window, self.rows = layer, window, rows
+        self.reason = f"layer {layer!r} saves a {window}x{window} max pool from its tail but only {rows} output rows fit a tile"
+        super().__init__(f"{self.reason}; compile with --no-fuse-pools (fuse_pools=False)")
+
 
 class ConstantsDoNotFit(SchedulingError):
     """The program's constants need more of DRAM1 (or local memory) than the architecture has.

@@ -121,8 +121,7 @@ def _whole_windows(layer, R: int) -> int:
     if k == 1 or R >= layer.output.H or not R:
         return R
     if R < k:
-        raise PoolWindowsDoNotFit(f"layer {layer.name!r} saves a {k}x{k} max pool from its tail but only {R} output rows "
-                                  f"fit a tile; compile with --no-fuse-pools (fuse_pools=False)")
+        raise PoolWindowsDoNotFit(layer.name, k, R)
     return R - R % k
 
 
