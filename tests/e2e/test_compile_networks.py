@@ -112,6 +112,7 @@ def agreement(compiled, batch, refs, tie: float):
     return same / len(refs), agree, decided, float(np.mean(errors)), worst
 
 
+@pytest.mark.slow(seconds=35)
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", ["mlp", "mobilenetv2_block", "resnet20v2"])
 def test_classifier_matches_onnxruntime(name, arch, capsys):
@@ -146,7 +147,7 @@ def test_classifier_matches_onnxruntime(name, arch, capsys):
         assert cal_err * 1.2 < plain_err, f"calibration should lower the error: {cal_err:.4f} vs {plain_err:.4f}"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=80)
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", ["mlp", "mobilenetv2_block", "resnet20v2"])
 def test_calibrated_classifier_picks_the_same_class_on_99_percent_of_1000_inputs(name, arch, capsys):
@@ -183,7 +184,7 @@ RESNET50_SAMPLES = 32
 RESNET50_CHUNK = 16
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=390)
 def test_calibrated_resnet50v2_picks_the_same_class_on_99_percent_of_100_inputs(capsys):
     name, arch = "resnet50v2", "ultra96v2"
     model = built(name)
@@ -208,7 +209,7 @@ def test_calibrated_resnet50v2_picks_the_same_class_on_99_percent_of_100_inputs(
     assert max(misses, default=0.0) < CALIBRATED_TIE, f"a miss with a top-2 margin of {max(misses):.4f}"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=15)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_yolov4_tiny_within_bound(arch):
     model = built("yolov4_tiny")
@@ -261,7 +262,7 @@ def test_speech_model_error_not_larger_than_tensils(capsys):
     assert np.argmax(ours) == np.argmax(ref)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=490)
 def test_resnet50v2_within_bound_on_every_array_size():
     model = built("resnet50v2")
     feeds = M.example_inputs(model, seed=1)

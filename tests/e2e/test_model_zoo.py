@@ -129,7 +129,7 @@ def test_resnet20v2_matches_tensils_constant_footprint():
 
 
 # ------------------------------------------------------------------------------------- ResNet-50 v2
-@pytest.mark.slow
+@pytest.mark.slow(seconds=40)
 def test_resnet50v2_matches_keras_and_is_sane():
     model = zoo.build("resnet50v2")
     stats = zoo.model_stats(model)
@@ -218,7 +218,7 @@ def test_digits_cnn_accuracy_on_heldout_data():
     assert _max_activation(result.model, {"digits": result.heldout_x[:1]}) < 64
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=10)
 def test_digits_training_is_deterministic(tmp_path, monkeypatch):
     monkeypatch.setenv("SYSTOLIX_CACHE", str(tmp_path))
     first = zoo.build_digits_cnn(cache=True)          # trains and fills the cache

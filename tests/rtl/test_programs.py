@@ -109,7 +109,7 @@ BOARD_IMAGES = [board["image_index"] for board in EXPECTED["hardware_outputs"]]
 RTL_IMAGES = {"ultra_ram": BOARD_IMAGES[1:]}
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=15)
 @pytest.mark.parametrize("program", [p for p in PROGRAMS if p != "baseline"])
 def test_tensils_resnet20_programs_on_the_32x32_rtl_print_what_the_boards_printed(program, cifar):
     """The real boards' printed images on every program, bit for bit, and the clock count the
@@ -125,7 +125,7 @@ def test_tensils_resnet20_programs_on_the_32x32_rtl_print_what_the_boards_printe
     assert run.result.cycles == [simulate_rtl(model.program, model.arch).cycles] * len(images)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=135)
 def test_tensils_baseline_resnet20_on_the_32x32_rtl_gives_all_ten_golden_classes(cifar):
     """All ten images on baseline/: the golden classes, both boards' printed outputs bit for bit,
     and every image in the clocks the timing model predicts."""

@@ -13,6 +13,8 @@ import systolix.hir_passes.split_long_reductions as reductions
 from systolix.arch import get_architecture
 from systolix.compiler import compile_model
 from systolix.compiler.context import CompileContext
+import systolix.hir_passes.estimate_ranges as estimate_ranges_module
+from systolix.hir_passes.estimate_ranges import estimate, estimate_ranges
 from systolix.hir_passes.measure_ranges import LayerRange
 from systolix.hir_passes.split_long_reductions import (PART_NODE, plain_part_channels, reduction_parts,
                                                       split_long_reductions)
@@ -78,6 +80,32 @@ def test_parts_compute_the_same_function_in_float(N):
     np.testing.assert_allclose(run_reference(plain, x := {"x": np.random.default_rng(1).normal(size=(1, 1100)).astype(np.float32)})["y"],
                                run_reference(before, x)["y"], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(run_reference(after, x)["y"], run_reference(before, x)["y"], rtol=1e-12, atol=1e-12)
+
+
+def test_a_plain_split_leaves_the_ranges_a_fresh_estimate_of_its_parts_gives(monkeypatch):
+    """One estimate sizes the parts and gives every layer's range: the same ranges as estimating
+    the program after the split, which ``estimate_ranges`` then keeps instead of estimating again."""
+    rng = np.random.default_rng(3)
+    x, h, y = Activation("x", 24, 1, 1, 16), Activation("h", 1100, 1, 1, 16), Activation("y", 21, 1, 1, 16)
+    body = ConvLayer("body", [ConvInput(x, weights=rng.normal(0, 0.3, (1100, 24, 1, 1)).astype(np.float32))], h,
+                     rng.normal(0, 0.5, 1100).astype(np.float32), (1, 1), post_ops=[Relu(node="r")], ops=["Gemm"],
+                     nodes=["body_node"], macs=24 * 1100)
+    head = ConvLayer("head", [ConvInput(h, weights=rng.normal(0, 0.05, (21, 1100, 1, 1)).astype(np.float32))], y,
+                     rng.normal(0, 1, 21).astype(np.float32), (1, 1), ops=["Gemm"], nodes=["head_node"], macs=1100 * 21)
+    before = HirProgram("m", 16, [body, head], {"x": x}, {"y": y}, {"x": (1, 24)}, {"y": (1, 21)})
+    ctx = CompileContext(ARCH, estimate_gains=True)
+    after = split_long_reductions(before, ctx)
+    assert len(after.layers) > 3 and after.layers[0] is body
+    fresh = estimate(after)
+    assert sorted(after.ranges) == sorted(fresh) == list(range(len(after.layers)))
+    for index, seen in fresh.items():
+        kept = after.ranges[index]
+        np.testing.assert_array_equal(kept.peak, seen.peak)
+        np.testing.assert_array_equal(kept.post_slope, seen.post_slope)
+        for a, b in zip(kept.input_mean_square, seen.input_mean_square, strict=True):
+            np.testing.assert_array_equal(a, b)
+    monkeypatch.setattr(estimate_ranges_module, "estimate", lambda *args: pytest.fail("estimated twice"))
+    assert estimate_ranges(after, ctx) is after
 
 
 def test_short_spatial_and_multi_input_reductions_stay_whole():

@@ -86,20 +86,40 @@ def _mean(runs: Runs, act, inputs: set[int]) -> np.ndarray:
 
 def estimate(hir: HirProgram, seed: int = SEED) -> dict[int, LayerRange]:
     """Per conv layer (index into ``hir.layers``) its estimated ``LayerRange``."""
-    inputs = {id(act.root()[0]) for act in hir.inputs.values()}
-    rng = np.random.default_rng(seed)
-    runs = Runs(RUNS)
-    _synthetic_inputs(hir, rng, runs)
-    ranges: dict[int, LayerRange] = {}
-    normalised: set[int] = set()  # root tensors downstream of a batch norm's statistics
-    for index, layer in enumerate(hir.layers):
-        out = layer.output
-        upstream = any(id(act.root()[0]) in normalised for act in layer.reads())
-        if upstream or (isinstance(layer, ConvLayer) and layer.statistics is not None):
-            normalised.add(id(out.root()[0]))
+    run = RangeEstimate(hir, seed)
+    ranges = {index: run.step(index, layer) for index, layer in enumerate(hir.layers)}
+    return {index: r for index, r in ranges.items() if r is not None}
+
+
+class RangeEstimate:
+    """The estimate, one layer at a time in program order: ``step`` runs a layer on the synthetic
+    inputs and keeps its values for the layers after it; ``peek`` gives a conv layer's range and
+    keeps nothing, so a pass can size a rewrite of the layer from its range and step through the
+    layers that replace it instead (``split_long_reductions``), one estimate for both."""
+
+    def __init__(self, hir: HirProgram, seed: int = SEED):
+        self.inputs = {id(act.root()[0]) for act in hir.inputs.values()}
+        self.runs = Runs(RUNS)
+        _synthetic_inputs(hir, np.random.default_rng(seed), self.runs)
+        self.normalised: set[int] = set()  # root tensors downstream of a batch norm's statistics
+
+    def step(self, index: int, layer) -> LayerRange | None:
+        """Run ``layer`` (at ``index`` in its program) and keep its output: a conv layer's range."""
+        return self._run(index, layer, keep=True)
+
+    def peek(self, index: int, layer: ConvLayer) -> LayerRange:
+        """The range of conv ``layer`` were it run at ``index``; its values are not kept."""
+        return self._run(index, layer, keep=False)
+
+    def _run(self, index: int, layer, keep: bool) -> LayerRange | None:
+        runs, out = self.runs, layer.output
+        upstream = any(id(act.root()[0]) in self.normalised for act in layer.reads())
+        if keep and (upstream or (isinstance(layer, ConvLayer) and layer.statistics is not None)):
+            self.normalised.add(id(out.root()[0]))
         if not isinstance(layer, ConvLayer):
-            runs.write(out, run_layer_runs(runs, layer, index))
-            continue
+            if keep:
+                runs.write(out, run_layer_runs(runs, layer, index))
+            return None
         # The sums, through an average pool's own scaling, before the other post-ops.
         core = dataclasses.replace(layer, post_ops=layer.post_ops[:layer.scaling_ops])
         sums = run_layer_runs(runs, core, index)
@@ -131,20 +151,22 @@ def estimate(hir: HirProgram, seed: int = SEED) -> dict[int, LayerRange]:
         if post:
             copies: dict[int, list] = {}  # a post-op's copy of the tile (``postops.Save``), per run
             values = np.stack([_post(sums[r], post, runs.run(r), copies) for r in range(runs.count)])
-            for k, runs_copies in copies.items():
-                runs.write(post[k].written, np.stack(runs_copies))
+            if keep:
+                for k, runs_copies in copies.items():
+                    runs.write(post[k].written, np.stack(runs_copies))
             # How much of an error in the sums reaches the output (a ReLU passes the positive
             # values' only): the mean squared slope of the post-ops, by a small step per channel.
             step = (STEP * np.maximum(std, 1e-6))[:, None, None]
             stepped = np.stack([_post(sums[r].astype(np.float64) + step, post, runs.run(r)) for r in range(runs.count)])
             slope = _mean_square((stepped - values) / step[None])
             sums = values
-        ranges[index] = LayerRange(peak, peak, RUNS * out.P, estimated=True,
-                                   input_mean_square=[_mean_square(runs.read(inp.act)) for inp in layer.inputs],
-                                   input_mean=[_mean(runs, inp.act, inputs) for inp in layer.inputs],
-                                   post_slope=slope)
-        runs.write(out, sums)
-    return ranges
+        seen = LayerRange(peak, peak, RUNS * out.P, estimated=True,
+                          input_mean_square=[_mean_square(runs.read(inp.act)) for inp in layer.inputs],
+                          input_mean=[_mean(runs, inp.act, self.inputs) for inp in layer.inputs],
+                          post_slope=slope)
+        if keep:
+            runs.write(out, sums)
+        return seen
 
 
 def _post(acc: np.ndarray, post_ops, ev, copies: dict[int, list] | None = None) -> np.ndarray:
@@ -161,13 +183,17 @@ def estimate_ranges(hir: HirProgram, ctx) -> HirProgram:
     ``HirProgram.ranges`` from ``estimate``."""
     if ctx.samples or not ctx.estimate_gains or not ctx.arch.data_type.is_fixed:
         return hir
+    if hir.ranges:
+        # Estimated already, as ``split_long_reductions`` sized its parts (one estimate, not two:
+        # ResNet-50 v2's takes 8 to 11 s).
+        return hir
     # Its products are small (blocks of N channels), and BLAS threads spinning on a loaded
     # machine made the estimate 6x slower (2 cores shared by several jobs): one thread.
-    with _one_blas_thread():
+    with one_blas_thread():
         return dataclasses.replace(hir, ranges=estimate(hir))
 
 
-def _one_blas_thread():
+def one_blas_thread():
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - installed with scikit-learn; not a hard dependency
