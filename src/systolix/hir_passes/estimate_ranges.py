@@ -108,7 +108,10 @@ class RangeEstimate:
         return self._run(index, layer, keep=True)
 
     def peek(self, index: int, layer: ConvLayer) -> LayerRange:
-        """The range of conv ``layer`` were it run at ``index``; its values are not kept."""
+        """The range of conv ``layer`` were it run at ``index``; its values are not kept (nor, for a
+        layer without scaling post-ops, anything else: an average pool's own multiplies would
+        write the copies they save)."""
+        assert not layer.scaling_ops, f"{layer.name}: peek takes only layers without scaling post-ops"
         return self._run(index, layer, keep=False)
 
     def _run(self, index: int, layer, keep: bool) -> LayerRange | None:
