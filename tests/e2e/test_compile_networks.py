@@ -112,7 +112,9 @@ def agreement(compiled, batch, refs, tie: float):
     return same / len(refs), agree, decided, float(np.mean(errors)), worst
 
 
-@pytest.mark.slow(seconds=35)
+@pytest.mark.slow(seconds={"resnet20v2-pynqz1": 60, "resnet20v2-zcu104": 25, "mobilenetv2_block-pynqz1": 20,
+                           "resnet20v2-ultra96v2": 16, "mobilenetv2_block-ultra96v2": 15, "mobilenetv2_block-zcu104": 12,
+                           "mlp-pynqz1": 2, "mlp-ultra96v2": 2, "mlp-zcu104": 2})
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", ["mlp", "mobilenetv2_block", "resnet20v2"])
 def test_classifier_matches_onnxruntime(name, arch, capsys):
@@ -147,7 +149,9 @@ def test_classifier_matches_onnxruntime(name, arch, capsys):
         assert cal_err * 1.2 < plain_err, f"calibration should lower the error: {cal_err:.4f} vs {plain_err:.4f}"
 
 
-@pytest.mark.slow(seconds=80)
+@pytest.mark.slow(seconds={"resnet20v2-pynqz1": 150, "mobilenetv2_block-pynqz1": 120, "resnet20v2-zcu104": 85,
+                           "mobilenetv2_block-zcu104": 80, "resnet20v2-ultra96v2": 75, "mobilenetv2_block-ultra96v2": 60,
+                           "mlp-pynqz1": 5, "mlp-ultra96v2": 5, "mlp-zcu104": 5})
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", ["mlp", "mobilenetv2_block", "resnet20v2"])
 def test_calibrated_classifier_picks_the_same_class_on_99_percent_of_1000_inputs(name, arch, capsys):
@@ -184,7 +188,7 @@ RESNET50_SAMPLES = 32
 RESNET50_CHUNK = 16
 
 
-@pytest.mark.slow(seconds=390)
+@pytest.mark.slow(seconds=375, heavy=True)
 def test_calibrated_resnet50v2_picks_the_same_class_on_99_percent_of_100_inputs(capsys):
     name, arch = "resnet50v2", "ultra96v2"
     model = built(name)
@@ -209,7 +213,7 @@ def test_calibrated_resnet50v2_picks_the_same_class_on_99_percent_of_100_inputs(
     assert max(misses, default=0.0) < CALIBRATED_TIE, f"a miss with a top-2 margin of {max(misses):.4f}"
 
 
-@pytest.mark.slow(seconds=15)
+@pytest.mark.slow(seconds={"pynqz1": 17, "ultra96v2": 7, "zcu104": 5})
 @pytest.mark.parametrize("arch", ARCHS)
 def test_yolov4_tiny_within_bound(arch):
     model = built("yolov4_tiny")
@@ -262,7 +266,7 @@ def test_speech_model_error_not_larger_than_tensils(capsys):
     assert np.argmax(ours) == np.argmax(ref)
 
 
-@pytest.mark.slow(seconds=490)
+@pytest.mark.slow(seconds=185, heavy=True)
 def test_resnet50v2_within_bound_on_every_array_size():
     model = built("resnet50v2")
     feeds = M.example_inputs(model, seed=1)

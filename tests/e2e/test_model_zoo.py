@@ -129,7 +129,7 @@ def test_resnet20v2_matches_tensils_constant_footprint():
 
 
 # ------------------------------------------------------------------------------------- ResNet-50 v2
-@pytest.mark.slow(seconds=40)
+@pytest.mark.slow(seconds=26)
 def test_resnet50v2_matches_keras_and_is_sane():
     model = zoo.build("resnet50v2")
     stats = zoo.model_stats(model)

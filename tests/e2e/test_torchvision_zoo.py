@@ -32,7 +32,7 @@ SMALL = 32
 REQUIRED_SHARE = 0.95
 # Compiling these takes several seconds each even at their smallest input (ResNet-50's 25 M
 # weights, DeepLabV3's dilated ResNet-50, Inception v3 at 75x75, DenseNet's 120 layers).
-SLOW = {"resnet50": 15, "deeplabv3_resnet50": 45, "inception_v3": 22, "densenet121": 15}  # seconds
+SLOW = {"resnet50": 10, "deeplabv3_resnet50": 25, "inception_v3": 11, "densenet121": 11}  # seconds
 # VGG-16 exists only at 224x224 or more (its 7x7 adaptive pool), where its first classifier
 # layer's 102.8 M weights need 6.4 M vectors of DRAM1 (ultra96v2 has 2 M) and are split by output
 # channels across programs. That compile takes about 2 CPU-minutes and 10 GB (the 411 MB weight

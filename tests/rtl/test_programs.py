@@ -43,6 +43,7 @@ def conv_relu(cin: int, cout: int, h: int, w: int):
     return make_model(nodes, [("x", [1, cin, h, w])], [("y", None)], inits), rng
 
 
+@pytest.mark.slow(seconds=26)
 def test_tensils_speech_program_runs_bit_exact_and_clock_exact():
     model = systolix.load(SPEECH / "speech_commands_onnx_speech_robot.tmodel")
     vectors = read_vectors_csv(SPEECH / "speech_commands_input_1x8.csv", 8)
@@ -109,7 +110,9 @@ BOARD_IMAGES = [board["image_index"] for board in EXPECTED["hardware_outputs"]]
 RTL_IMAGES = {"ultra_ram": BOARD_IMAGES[1:]}
 
 
-@pytest.mark.slow(seconds=15)
+# ultra_ram/ first builds the zcu104_uram model (the others: a program of a design already built).
+@pytest.mark.slow(seconds={"ultra_ram": 90, "ultra_ram_local_consts": 10, "ultra_ram_local_vars": 7,
+                           "ultra_ram_local_vars_and_consts": 7})
 @pytest.mark.parametrize("program", [p for p in PROGRAMS if p != "baseline"])
 def test_tensils_resnet20_programs_on_the_32x32_rtl_print_what_the_boards_printed(program, cifar):
     """The real boards' printed images on every program, bit for bit, and the clock count the
@@ -125,7 +128,7 @@ def test_tensils_resnet20_programs_on_the_32x32_rtl_print_what_the_boards_printe
     assert run.result.cycles == [simulate_rtl(model.program, model.arch).cycles] * len(images)
 
 
-@pytest.mark.slow(seconds=135)
+@pytest.mark.slow(seconds=120)
 def test_tensils_baseline_resnet20_on_the_32x32_rtl_gives_all_ten_golden_classes(cifar):
     """All ten images on baseline/: the golden classes, both boards' printed outputs bit for bit,
     and every image in the clocks the timing model predicts."""

@@ -105,12 +105,16 @@ class Emitter:
         (every ``acc_stride``-th accumulator)."""
         if count <= 0:
             return
-        if count > 1 and not (self.ok_local(local_stride) and self.ok_far(acc_stride)):
+        if count == 1:
+            self.out.append(MatMul(local, acc, 1, 1, 1, accumulate))
+            return
+        if not (self.ok_local(local_stride) and self.ok_far(acc_stride)):
             for k in range(count):
                 self.out.append(MatMul(local + k * local_stride, acc + k * acc_stride, 1, 1, 1, accumulate))
             return
-        if count == 1:
-            local_stride = acc_stride = 1
+        if count <= self.max_count:
+            self.out.append(MatMul(local, acc, count, local_stride, acc_stride, accumulate))
+            return
         k = 0
         while k < count:
             n = min(self.max_count, count - k)

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from systolix.ir.lir import TAG_SHIFT, LirProgram, LoadWeights, MatMul, Memory, Move, Simd
 
 _ZEROES, _LOCAL, _ACC = int(Memory.ZEROES), int(Memory.LOCAL), int(Memory.ACCUMULATORS)
@@ -95,42 +93,58 @@ class _Tail:
     def __init__(self):
         self.items: list = []
         self.at = 0
-        self.ranges: tuple[list, list] | None = None
+        self.ranges: tuple | None = None  # reads, writes and their hulls
+        # What the ranges are made of, gathered as instructions join: a SIMD op's vectors, and
+        # the other instructions (moves).
+        self.simd_reads: set[int] = set()
+        self.simd_writes: set[int] = set()
+        self.others: list = []
 
     def add(self, ins) -> None:
         self.items.append(ins)
         self.ranges = None
+        if type(ins) is Simd:
+            if ins.read is not None:
+                self.simd_reads.add(ins.read)
+            if ins.write is not None:
+                self.simd_writes.add(ins.write)
+        else:
+            self.others.append(ins)
 
     def _ranges(self) -> tuple[list, list]:
         """``(reads, writes)``: ``(memory tag, first, end)`` ranges, a SIMD op's vectors merged
         into runs (a tail alternates between its vectors and a constant's)."""
         reads, writes = [], []
-        simd_r, simd_w = [], []
-        for ins in self.items:
-            if type(ins) is Simd:
-                if ins.read is not None:
-                    simd_r.append(ins.read)
-                if ins.write is not None:
-                    simd_w.append(ins.write)
-                continue
+        for ins in self.others:
             for mem, lo, hi, w in footprint(ins):
                 (writes if w else reads).append((mem, lo, hi))
-        for addrs, out in ((simd_r, reads), (simd_w, writes)):
+        for addrs, out in ((self.simd_reads, reads), (self.simd_writes, writes)):
             if addrs:
-                a = np.unique(np.asarray(addrs, np.int64))
-                cut = np.flatnonzero(np.diff(a) > 1) + 1
-                out.extend((_ACC, int(run[0]), int(run[-1]) + 1) for run in np.split(a, cut))
+                ordered = sorted(addrs)
+                first = last = ordered[0]
+                for a in ordered[1:]:
+                    if a != last + 1:
+                        out.append((_ACC, first, last + 1))
+                        first = a
+                    last = a
+                out.append((_ACC, first, last + 1))
         return reads, writes
 
     def conflicts(self, fp) -> bool:
         if self.ranges is None:
-            self.ranges = self._ranges()
-        reads, writes = self.ranges
+            reads, writes = self._ranges()
+            self.ranges = (reads, writes, _hulls(reads), _hulls(writes))
+        reads, writes, read_hulls, write_hulls = self.ranges
         for mem, lo, hi, w in fp:
-            for m, a, b in writes:
-                if m == mem and lo < b and a < hi:
-                    return True
-            if w:
+            # Most instructions of the next tile miss the tail's hull in their memory: checked
+            # first, the ranges only when they may overlap.
+            hull = write_hulls.get(mem)
+            if hull is not None and lo < hull[1] and hull[0] < hi:
+                for m, a, b in writes:
+                    if m == mem and lo < b and a < hi:
+                        return True
+            hull = read_hulls.get(mem) if w else None
+            if hull is not None and lo < hull[1] and hull[0] < hi:
                 for m, a, b in reads:
                     if m == mem and lo < b and a < hi:
                         return True
@@ -158,6 +172,15 @@ class _Tail:
     def flush(self, out: list) -> None:
         out.extend(self.items[self.at:])
         self.at = len(self.items)
+
+
+def _hulls(ranges: list) -> dict[int, tuple[int, int]]:
+    """Per memory tag, ``(first, end)`` covering every range in ``ranges`` of that memory."""
+    hulls: dict[int, tuple[int, int]] = {}
+    for m, a, b in ranges:
+        lo, hi = hulls.get(m, (a, b))
+        hulls[m] = (min(lo, a), max(hi, b))
+    return hulls
 
 
 def schedule_instructions(instructions: list, n: int) -> list:

@@ -23,7 +23,7 @@ How long a part: a part of ``K`` products at gain ``G_K`` rounds ``K / G_K^2`` p
 of mean zero spreads as ``sqrt(K)``, so a part of ``K`` of the ``C`` takes ``G_K = G sqrt(C / K)``
 (``G`` the whole layer's gain), and the ``C / K`` parts round ``K / G^2 + C / K`` in all, least at
 ``K = G sqrt(C)``: a part as long as its own gain squared. Plain compiles size their parts so, from the whole layer's
-estimated gain (the median of its channels'); calibrated ones keep ``PART_CHANNELS``, where they
+estimated gain (the median of its channels'); calibrated ones keep ``PART_PRODUCTS``, where they
 were measured best.
 """
 
@@ -37,32 +37,44 @@ import numpy as np
 from systolix.hir_passes.amplify_weights import channel_gains
 from systolix.hir_passes.estimate_ranges import RangeEstimate, one_blas_thread
 from systolix.hir_passes.measure_ranges import LayerRange
-from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
+from systolix.ir.hir import Activation, ConvLayer, HirProgram
 from systolix.ir.postops import AddConstant, AddTensor
 
-# Input channels per part in calibrated compiles (rounded to whole vectors). Smaller parts take
-# more gain but add roundings: on the unit test's 2,048-input head (seeds 0-2, ultra96v2) the
-# error was 1.7, 1.25, 1.0-1.05, 1.0-1.3 and 1.3-1.6 LSB RMS in parts of 64, 128, 256, 512 and
-# 1,024 channels, and 1.7-2.3 whole.
-PART_CHANNELS = 256
+# Products per part in calibrated compiles (a 1x1 head's input channels; a part is whole vectors of
+# channels). Smaller parts take more gain but add roundings: on the unit test's 2,048-input head
+# (seeds 0-2, ultra96v2) the error was 1.7, 1.25, 1.0-1.05, 1.0-1.3 and 1.3-1.6 LSB RMS in parts
+# of 64, 128, 256, 512 and 1,024 channels, and 1.7-2.3 whole.
+PART_PRODUCTS = 256
 PART_NODE = "sum of parts"
 
 
-def reduction_parts(layer, N: int, part_channels: int = PART_CHANNELS) -> list[tuple[int, int]] | None:
+def reduction_parts(layer, N: int, part_channels: int | None = None) -> list[tuple[int, int]] | None:
     """The ``(first, end)`` input channels of each part of ``layer``, or None to leave it whole:
-    one dense 1x1 input, a one-pixel output, no scaling of its own, and at least two parts'
-    worth of input channels (``part_channels``, rounded down to whole vectors, at least one)."""
-    if not isinstance(layer, ConvLayer) or len(layer.inputs) != 1 or layer.scaling_ops:
+    one dense input, a one-pixel output (a 1x1 head, or a dense layer after a flatten: a kernel
+    as large as its input), no scaling of its own, and at least two parts' worth of input channels
+    (``part_channels``, by default ``PART_PRODUCTS`` products' worth, rounded down to whole
+    vectors, at least one)."""
+    if not isinstance(layer, ConvLayer) or len(layer.inputs) != 1 or layer.scaling_ops or layer.phases != 1:
         return None
     (inp,) = layer.inputs
-    # A 1x1 kernel from one pixel to one pixel: stride and padding cannot matter.
-    if inp.weights is None or layer.kernel != (1, 1) or layer.output.P != 1 or inp.act.P != 1:
+    if inp.weights is None or layer.output.P != 1:
         return None
+    # A part reads its channel groups of the input in place: contiguous in a planar tensor, or at
+    # one pixel in any order.
+    if inp.act.P != 1 and inp.act.order != "planar":
+        return None
+    if part_channels is None:
+        part_channels = PART_PRODUCTS // taps(layer)
     per_part = max(1, part_channels // N) * N
     C = inp.act.C
     if C < 2 * per_part:
         return None
     return [(c0, min(C, c0 + per_part)) for c0 in range(0, C, per_part)]
+
+
+def taps(layer: ConvLayer) -> int:
+    """Products a channel adds to each output: the kernel's size."""
+    return layer.kernel[0] * layer.kernel[1]
 
 
 def split_long_reductions(hir: HirProgram, ctx) -> HirProgram:
@@ -112,11 +124,13 @@ def _split_by_estimate(hir: HirProgram, dtype) -> HirProgram:
 
 
 def plain_part_channels(layer: ConvLayer, seen: LayerRange, dtype, N: int) -> int:
-    """Input channels a part for an estimated-gain compile: ``G sqrt(C)`` (the module's note), ``G``
+    """Input channels a part for an estimated-gain compile: ``G sqrt(C T) / T`` for ``T`` products
+    a channel (``G sqrt(C)`` products a part, the module's note, over ``C T``), ``G``
     the gain ``amplify_weights`` would give the whole layer (its channels' median), in whole
     vectors, at least one."""
     gain = 2.0 ** float(np.median(channel_gains(layer, seen, dtype)))
-    return max(N, round(gain * math.sqrt(layer.inputs[0].act.C) / N) * N)
+    T = taps(layer)
+    return max(N, round(gain * math.sqrt(layer.inputs[0].act.C * T) / T / N) * N)
 
 
 def _parts(layer: ConvLayer, parts: list[tuple[int, int]], N: int) -> list[ConvLayer]:
@@ -148,6 +162,6 @@ def _parts(layer: ConvLayer, parts: list[tuple[int, int]], N: int) -> list[ConvL
             partials.append(target)
             post = []
         result.append(dataclasses.replace(
-            layer, name=name, inputs=[ConvInput(piece, weights=inp.weights[:, c0:c1])], output=target, bias=no_bias,
+            layer, name=name, inputs=[dataclasses.replace(inp, act=piece, weights=inp.weights[:, c0:c1])], output=target, bias=no_bias,
             post_ops=post, ops=list(layer.ops), nodes=list(layer.nodes), macs=macs, statistics=None))
     return result
