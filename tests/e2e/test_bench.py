@@ -121,7 +121,7 @@ def test_yolov4_tiny_rows():
     _check_model_rows(_bench("--model", "yolov4_tiny", "--no-zcu104", "--no-batch")["models"], "yolov4_tiny")
 
 
-@pytest.mark.slow(seconds=290, heavy=True)
+@pytest.mark.slow(seconds=220, heavy=True)
 def test_resnet50_rows_cut_the_model_on_the_small_boards():
     rows = _bench("--model", "resnet50v2", "--no-zcu104", "--no-batch")["models"]
     _check_model_rows(rows, "resnet50v2")

@@ -188,7 +188,7 @@ RESNET50_SAMPLES = 32
 RESNET50_CHUNK = 16
 
 
-@pytest.mark.slow(seconds=375, heavy=True)
+@pytest.mark.slow(seconds=300, heavy=True)
 def test_calibrated_resnet50v2_picks_the_same_class_on_99_percent_of_100_inputs(capsys):
     name, arch = "resnet50v2", "ultra96v2"
     model = built(name)
@@ -266,7 +266,7 @@ def test_speech_model_error_not_larger_than_tensils(capsys):
     assert np.argmax(ours) == np.argmax(ref)
 
 
-@pytest.mark.slow(seconds=185, heavy=True)
+@pytest.mark.slow(seconds=140, heavy=True)
 def test_resnet50v2_within_bound_on_every_array_size():
     model = built("resnet50v2")
     feeds = M.example_inputs(model, seed=1)

@@ -15,7 +15,7 @@ from tests.cli_helpers import run_cli
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.slow(seconds=160)
+@pytest.mark.slow(seconds=110)
 def test_pynqz1_for_xilinx7_fits_the_xc7z020_with_a_dsp_per_multiplier(tmp_path):
     proc = run_cli("rtl", "--arch", "pynqz1", "-o", tmp_path, "--synth", "xilinx7", check=True, timeout=3600)
     data = json.loads((tmp_path / "resources.json").read_text())
@@ -27,7 +27,7 @@ def test_pynqz1_for_xilinx7_fits_the_xc7z020_with_a_dsp_per_multiplier(tmp_path)
     assert "dsp" in proc.stdout and "XC7Z020" in proc.stdout  # the table on stdout
 
 
-@pytest.mark.slow(seconds=210)
+@pytest.mark.slow(seconds=250)
 def test_ecp5_places_routes_and_reports_fmax(tmp_path):
     run_cli("rtl", "--arch", "cmoda7", "-o", tmp_path, "--synth", "ecp5", check=True, timeout=3600)
     data = json.loads((tmp_path / "resources.json").read_text())
