@@ -185,3 +185,44 @@ def test_an_average_pool_of_large_values_takes_a_negative_estimated_gain_and_doe
     got, saturated = compiled.run_counting({"x": xs}, batch=True)
     assert not np.any(saturated)
     np.testing.assert_allclose(got["y"].reshape(4, 4), 40.0 + 0.5 * xs.mean(axis=(3, 4)).reshape(4, 4), atol=0.05)
+
+
+@pytest.mark.needs_emulator
+@pytest.mark.parametrize("bounded", [True, False])
+def test_a_global_average_does_not_saturate_while_its_inputs_stay_in_their_statistics_range(bounded, monkeypatch):
+    # A batch norm says each channel is N(0, 1) before its ReLU; the input puts every pixel of a
+    # channel at 10 standard deviations (inside the SIGMAS range), so the average is 10 too:
+    # far past what the synthetic averages spread to. The pool's range is its input's
+    # (``_average_bound``): no saturation, the average within a few LSB. Without it, the pool
+    # saturates (ResNet-50 v2 on random normal inputs, its batch norms fitted to image-like ones).
+    from onnx import helper
+
+    import systolix.hir_passes.estimate_ranges as E
+    from systolix.compiler import compile_model
+    from tests.onnx_builders import make_model
+
+    if not bounded:
+        monkeypatch.setattr(E, "_average_bound", lambda layer, bounds: None)
+    c = 4
+    inits = {"w": np.eye(c, dtype=np.float32)[:, :, None, None], "gamma": np.ones(c, np.float32),
+             "beta": np.zeros(c, np.float32), "mean": np.zeros(c, np.float32), "var": np.ones(c, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[1, 1]),
+             helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["n"], name="bn", epsilon=0.0),
+             helper.make_node("Relu", ["n"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["y"], name="pool")]
+    model = make_model(nodes, [("x", [1, c, 7, 7])], [("y", None)], inits)
+    compiled = compile_model(model, ARCH)
+    levels = np.array([10.0, 6.0, 3.0, 0.5], np.float32)
+    x = np.broadcast_to(levels[None, :, None, None], (1, c, 7, 7)).astype(np.float32)
+    import warnings
+
+    from systolix.runtime import SaturationWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error" if bounded else "ignore", SaturationWarning)
+        got, saturated = compiled.run_counting({"x": x})
+    if bounded:
+        assert not np.any(saturated)
+        np.testing.assert_allclose(got["y"].reshape(c), levels, atol=4 * LSB)
+    else:
+        assert np.any(saturated) and abs(float(got["y"].reshape(c)[0]) - 10.0) > 1.0

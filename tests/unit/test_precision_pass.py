@@ -172,34 +172,34 @@ def pool_model(kind: str = "GlobalAveragePool", channels: int = 2, h: int = 7, w
 
 
 def test_a_pool_whose_samples_would_saturate_gets_a_negative_gain_undone_in_its_last_multiply():
-    before = ir_of(pool_model())
+    before = ir_of(pool_model(h=4, w=4))
     pool = before.layers[0]
-    # 63 taps: weights 2^-3 (the sum holds 7.9x the mean), then x 64/63 and x 2^-3.
-    np.testing.assert_array_equal(pool.inputs[0].diagonal, np.full((2, 7, 9), 0.125, np.float32))
-    assert [(p.kind, float(p.values[0])) for p in pool.post_ops] == [("mul", np.float32(64 / 63)), ("mul", 0.125)]
+    # 16 taps (one pass): weights 2^-2 (the sum holds 4x the mean), then x 1 and x 2^-2.
+    np.testing.assert_array_equal(pool.inputs[0].diagonal, np.full((2, 4, 4), 0.25, np.float32))
+    assert [(p.kind, float(p.values[0])) for p in pool.post_ops] == [("mul", 1.0), ("mul", 0.25)]
     assert pool.scaling_ops == 2
-    # Channel 0 is 40 everywhere (its sum would reach 315, and 320 after x 64/63), channel 1 is 1.
-    x = np.concatenate([np.full((1, 1, 7, 9), 40.0), np.ones((1, 1, 7, 9))], axis=1).astype(np.float32)
+    # Channel 0 is 40 everywhere (its sum would reach 160), channel 1 is 1.
+    x = np.concatenate([np.full((1, 1, 4, 4), 40.0), np.ones((1, 1, 4, 4))], axis=1).astype(np.float32)
     seen = measure(before, [{"x": x}])[0]
-    np.testing.assert_allclose(seen.largest, [320.0, 8.0])
+    np.testing.assert_allclose(seen.largest, [160.0, 4.0])
     after = amplified(before, {0: seen})
-    # Channel 0: 320 with 1.5x headroom is 480 -> 2^-2 (its sums now peak at 80); channel 1 fits.
-    assert after.gains["GlobalAveragePool_0"].tolist() == [-2, 0]
+    # Channel 0: 160 with 1.5x headroom is 240 -> 2^-1 (its sums now peak at 80); channel 1 fits.
+    assert after.gains["GlobalAveragePool_0"].tolist() == [-1, 0]
     layer = after.layers[0]
-    np.testing.assert_array_equal(layer.inputs[0].diagonal[:, 0, 0], np.float32([2 ** -5, 2 ** -3]))
-    # The undo (x 4) joins the pool's own x 2^-3: one rounding, and no extra SIMD multiply.
+    np.testing.assert_array_equal(layer.inputs[0].diagonal[:, 0, 0], np.float32([2 ** -3, 2 ** -2]))
+    # The undo (x 2) joins the pool's own x 2^-2: one rounding, and no extra SIMD multiply.
     assert [p.kind for p in layer.post_ops] == ["mul", "mul"] and GAIN_NODE not in [p.node for p in layer.post_ops]
-    np.testing.assert_array_equal(layer.post_ops[1].values, np.float32([0.5, 0.125]))
+    np.testing.assert_array_equal(layer.post_ops[1].values, np.float32([0.5, 0.25]))
     np.testing.assert_allclose(run_reference(after, {"x": x})["y"].reshape(-1), [40.0, 1.0], rtol=1e-6)
 
 
 def test_a_positive_pool_gain_is_undone_after_the_pools_own_multiplies():
-    before = ir_of(pool_model())
-    x = np.full((1, 2, 7, 9), 0.04, np.float32)
+    before = ir_of(pool_model(h=4, w=4))
+    x = np.full((1, 2, 4, 4), 0.04, np.float32)
     after = amplified(before, {0: measure(before, [{"x": x}])[0]})
     gains = after.gains["GlobalAveragePool_0"]
-    # Sums of 0.32 (x 2.5 headroom: 0.8) leave room for 2^7; a merged 2^-(3+7) would be below
-    # FP16BP8's step, so the undo is a multiply of its own, after the pool's.
+    # Sums of 0.16 (with a global pool's headrooms, under 1) leave room for 2^7; a merged
+    # 2^-(2+7) would be below FP16BP8's step, so the undo is a multiply of its own, after the pool's.
     assert gains.tolist() == [7, 7]
     layer = after.layers[0]
     assert [p.node for p in layer.post_ops] == ["GlobalAveragePool_0", "GlobalAveragePool_0", GAIN_NODE]
@@ -208,18 +208,23 @@ def test_a_positive_pool_gain_is_undone_after_the_pools_own_multiplies():
 
 
 def _pool_error_bound(layer, mean: np.ndarray) -> np.ndarray:
-    """Worst case |error| of a compiled average pool's output ``mean`` [C, P], in FP16BP8: its
-    inputs' rounding, each product's (0.5 LSB at the sum's scale, times every multiply after),
-    each multiply's result rounding, and each multiplier stored to 2^-8 (relative error)."""
+    """Worst case |error| of a compiled average pool layer's output ``mean`` [C, P], in FP16BP8:
+    its inputs' rounding, each product's (0.5 LSB at the sum's scale, times every multiply after),
+    each multiply's result rounding, and the error of its scale: each multiplier stored to 2^-8
+    (relative error), or, where weight and first multiply were chosen together (one multiplier
+    a channel), their product's distance from 1 / taps (a power of two apart: gains)."""
     lsb = 2.0 ** -8
     ops = [np.broadcast_to(np.asarray(p.values, np.float64).reshape((-1, 1) if p.kind == "mul" else (1, -1)), mean.shape)
            for p in layer.post_ops]
     after = [np.prod(ops[j + 1:], axis=0) if j + 1 < len(ops) else np.ones(mean.shape) for j in range(len(ops))]
-    scale = float(np.max(layer.inputs[0].diagonal))  # 2^-s: the sum holds the inputs times it
-    # count products of 0.5 LSB each, times the multiplies' product 1 / (count * scale)
-    bound = np.full(mean.shape, 0.5 * lsb + 0.5 * lsb / scale)
+    weight = np.asarray(layer.inputs[0].diagonal, np.float64).reshape(mean.shape[0], -1)[:, :1]
+    # count products of 0.5 LSB each, times the multiplies' product 1 / (count * weight)
+    bound = 0.5 * lsb + 0.5 * lsb / weight
     for v, rest in zip(ops, after):
         bound = bound + 0.5 * lsb * rest + np.abs(np.round(v / lsb) * lsb / v - 1) * np.abs(mean)
+    if layer.post_ops[0].kind == "mul":
+        scale = weight * np.prod(ops, axis=0) * np.prod(layer.kernel)
+        bound = bound + np.abs(scale / 2.0 ** np.round(np.log2(scale)) - 1) * np.abs(mean)
     return bound
 
 
@@ -248,7 +253,7 @@ def test_calibrated_pools_of_large_values_do_not_saturate_on_the_emulator(kind, 
     with warnings.catch_warnings():
         warnings.simplefilter("error", SaturationWarning)
         ours = calibrated.run(test)["y"]
-    layer = calibrated.summary.segments[0].hir.layers[0]
+    (layer,) = calibrated.summary.segments[0].hir.layers  # one pass: averages separate only in plain compiles
     bound = _pool_error_bound(layer, ref.reshape(5, -1).astype(np.float64))
     err = np.abs(ours - ref).reshape(5, -1)
     with capsys.disabled():

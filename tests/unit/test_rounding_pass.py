@@ -146,3 +146,47 @@ def test_an_average_pool_keeps_one_weight_for_every_tap():
     rng = np.random.default_rng(4)
     samples = [{"x": rng.normal(size=(1, 4, 6, 6)).astype(np.float32)} for _ in range(16)]
     assert measure(hir, samples, ARCH.data_type)[0].gram is None
+
+
+def test_a_layer_with_too_few_observations_for_gptq_gets_balanced_taps_and_its_bias_corrected():
+    # A 3x3 conv over 32 channels on a 4x4 map: 289 weights a row, 16 samples x 16 pixels = 256
+    # observations, too few for a Gram matrix, enough for its inputs' means (OBSERVATIONS_FOR_MEANS).
+    # The inputs have positive means (what a ReLU leaves): rounded to nearest, every output
+    # carries sum_k dw_k E[x_k], the same on every input. The pass takes it out of the bias with
+    # the means the samples show, as a plain compile does with estimated ones (``corrected``).
+    from systolix.hir_passes.correct_biases import corrected
+    from systolix.hir_passes.round_weights import OBSERVATIONS_FOR_MEANS
+
+    rng = np.random.default_rng(8)
+    c_in, c_out = 32, 8
+    x = Activation("x", c_in, 4, 4, 8)
+    y = Activation("y", c_out, 4, 4, 8)
+    w = (rng.normal(size=(c_out, c_in, 3, 3)) * 0.02).astype(np.float32)
+    layer = ConvLayer("conv", [ConvInput(x, weights=w)], y, np.zeros(c_out, np.float32), (3, 3), pads=(1, 1, 1, 1))
+    hir = HirProgram("m", 8, [layer], {"x": x}, {"y": y}, {"x": (1, c_in, 4, 4)}, {"y": (1, c_out, 4, 4)})
+    level = rng.uniform(0.5, 3.0, size=(1, c_in, 1, 1))
+
+    def sample():
+        return {"x": np.maximum(level + rng.normal(size=(1, c_in, 4, 4)), 0).astype(np.float32)}
+
+    ranges = measure(hir, [sample() for _ in range(16)], ARCH.data_type)
+    seen = ranges[0]
+    assert seen.gram is None and seen.observations >= OBSERVATIONS_FOR_MEANS
+    after = round_weights(dataclasses.replace(hir, ranges=ranges), CompileContext(ARCH))
+    # The IR expected after: the layer ``corrected`` with the samples' means; listed as rounded.
+    expected = corrected(layer, seen.input_mean, [0], ARCH.data_type)
+    assert same(dataclasses.replace(after, ranges={}), dataclasses.replace(hir, layers=[expected], rounded=["conv"]))
+    np.testing.assert_allclose(seen.input_mean[0], np.mean([s["x"] for s in [sample() for _ in range(64)]], axis=(0, 1, 3, 4)),
+                               atol=0.3)  # means of 256 and 1,024 values, spread about 1
+    # On other inputs: the outputs' mean error (per channel, over inputs and pixels) is smaller
+    # than nearest rounding's.
+    plain = dataclasses.replace(hir, layers=[dataclasses.replace(layer, inputs=[ConvInput(x, weights=nearest(w).astype(np.float32))])])
+    ours, near = [], []
+    for _ in range(32):
+        feeds = sample()
+        ref = run_reference(hir, feeds)["y"]
+        ours.append(run_reference(after, feeds)["y"] - ref)
+        near.append(run_reference(plain, feeds)["y"] - ref)
+    bias_ours = np.abs(np.mean(ours, axis=(0, 1, 3, 4))) / LSB
+    bias_near = np.abs(np.mean(near, axis=(0, 1, 3, 4))) / LSB
+    assert np.sqrt(np.mean(bias_ours ** 2)) < 0.5 * np.sqrt(np.mean(bias_near ** 2)), (bias_ours, bias_near)

@@ -8,8 +8,8 @@
                  fold pads into pools,
                  eliminate dead layers, subsample strided reads, merge residual convs,
                  split wide inputs,
-                 [split long reductions, estimate ranges, tensor exponents, amplify weights,
-                  correct biases: plain compiles (estimated gains, the default)]
+                 [separate averages, split long reductions, estimate ranges, tensor exponents,
+                  amplify weights, correct biases: plain compiles (estimated gains, the default)]
                  [split long reductions, measure ranges, tensor exponents, amplify weights,
                   round weights: calibrated compiles], pack inputs, fuse strided pools, fuse preactivations,
                  pack width--> HIR --place constants--> Plan
@@ -42,6 +42,7 @@ from systolix.hir_passes.merge_residual_convs import merge_residual_convs
 from systolix.hir_passes.pack_inputs import pack_inputs
 from systolix.hir_passes.pack_width import pack_width
 from systolix.hir_passes.round_weights import round_weights
+from systolix.hir_passes.separate_averages import separate_averages
 from systolix.hir_passes.split_long_reductions import split_long_reductions
 from systolix.hir_passes.split_wide_inputs import split_wide_inputs
 from systolix.hir_passes.subsample_strided_reads import subsample_strided_reads
@@ -74,6 +75,7 @@ PASSES = (
     Pass("subsample strided reads", subsample_strided_reads, SEGMENT),
     Pass("merge residual convs", merge_residual_convs, SEGMENT),
     Pass("split wide inputs", split_wide_inputs, SEGMENT),
+    Pass("separate averages", separate_averages, SEGMENT),
     Pass("split long reductions", split_long_reductions, SEGMENT),
     Pass("measure ranges", measure_ranges, SEGMENT),
     Pass("estimate ranges", estimate_ranges, SEGMENT),

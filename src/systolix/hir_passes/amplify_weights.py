@@ -52,6 +52,7 @@ import numpy as np
 
 from systolix.hir_passes.gain_payoff import ErrorVariances, pays
 from systolix.hir_passes.measure_ranges import LayerRange, exact
+from systolix.hir_passes.pool_scales import paired_scales
 from systolix.ir.hir import ConvLayer, HirProgram
 from systolix.ir.postops import Scale
 from systolix.numerics import DataType
@@ -172,7 +173,10 @@ def amplify_weights(hir: HirProgram, ctx) -> HirProgram:
     # Estimated gains are weighed against what they buy (``gain_payoff``), layer by layer in order.
     errors = ErrorVariances(hir, dtype) if any(r.estimated for r in peaks.values()) else None
     for index, layer in enumerate(hir.layers):
-        if not isinstance(layer, ConvLayer) or index not in peaks or exact(layer, dtype):
+        # An average pool's exact weights (1 for a window of under 8 values) may still sum past
+        # the type's range: it may need a negative gain.
+        if (not isinstance(layer, ConvLayer) or index not in peaks
+                or (exact(layer, dtype) and not layer.scaling_ops)):
             if errors is not None:
                 if isinstance(layer, ConvLayer):
                     errors.conv(layer, errors.inherited(layer) + errors.own(layer, _no_mean_squares(layer), 0), None)
@@ -202,4 +206,8 @@ def amplify_weights(hir: HirProgram, ctx) -> HirProgram:
         layers.append(dataclasses.replace(layer, inputs=inputs, bias=(layer.bias * factor).astype(np.float32),
                                           post_ops=post))
         gains_by_layer[layer.name] = gains
+    # Gains and exponents scale an average pool's weights by powers of two: back on the grid.
+    if dtype.is_fixed:
+        layers = [paired_scales(layer, dtype) if isinstance(layer, ConvLayer) and layer.scaling_ops else layer
+                  for layer in layers]
     return dataclasses.replace(hir, layers=layers, gains={**hir.gains, **gains_by_layer})

@@ -44,8 +44,9 @@ class LayerRange:
     # is the range to keep below saturation, margins included
     input_mean_square: list[np.ndarray] | None = None  # estimated ranges: per input, per channel,
     # the mean square of its values (real scale, before any exponent) that ``gain_payoff`` weighs
-    input_mean: list[np.ndarray] | None = None  # estimated ranges: per input, per channel, the mean
-    # of its values (real scale) that ``correct_biases`` takes the weights' rounding against
+    input_mean: list[np.ndarray] | None = None  # per input, per channel, the mean of its values
+    # (real scale) that ``correct_biases`` takes the weights' rounding against: estimated, or
+    # measured on the samples (``round_weights``, for layers with too few observations for GPTQ)
     post_slope: np.ndarray | None = None  # estimated ranges: per output channel, the mean squared
     # slope of the post-ops after the sum (how much of the sums' error reaches the output)
 
@@ -58,6 +59,7 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
     ``progress(done, total)`` is called after each float run (a second of ResNet-50's each)."""
     peaks: dict[int, list[np.ndarray]] = {}
     inputs: dict[int, list[float]] = {}
+    sums: dict[int, list[np.ndarray]] = {}  # per layer, per input, its channels' means summed over samples
     # The Gram matrices of a large model do not all fit in memory at once: as many layers as
     # GRAM_BUDGET holds ride along with the range-finding runs, the rest take more runs.
     sizes = {i: gram_size(layer, len(samples)) for i, layer in enumerate(hir.layers)
@@ -95,6 +97,9 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
             peaks.setdefault(index, []).append(peak)
             seen = [float(np.max(np.abs(ev.read(inp.act)), initial=0.0)) for inp in hir.layers[index].inputs]
             inputs[index] = seen if index not in inputs else [max(a, b) for a, b in zip(inputs[index], seen)]
+            means = [np.mean(np.asarray(ev.read(inp.act), np.float64).reshape(inp.act.C, -1), axis=1)
+                     for inp in hir.layers[index].inputs]
+            sums[index] = means if index not in sums else [a + b for a, b in zip(sums[index], means)]
         if groups:
             add_grams(ev, groups[0])
     for group in groups[1:]:
@@ -111,7 +116,8 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
         for inp, xmax in zip(layer.inputs, inputs[index]):
             w = inp.coefficients
             bound = bound + np.sum(np.abs(w.reshape(w.shape[0], -1)), axis=1) * xmax
-        ranges[index] = LayerRange(peak, bound, used * layer.output.P, grams.get(index), stacked.max(axis=0))
+        ranges[index] = LayerRange(peak, bound, used * layer.output.P, grams.get(index), stacked.max(axis=0),
+                                   input_mean=[total / len(samples) for total in sums[index]])
     return ranges
 
 

@@ -4,8 +4,8 @@ window with weights ``2^-shift``, then SIMD multiplies to the mean.
 The weights keep the running sum in range (the accumulators then hold 4 to 8x the mean, so a
 mean past about 16 saturates; calibration lowers the weights further for such data, negative
 gains in ``systolix.hir_passes.amplify``). A window of 2,048 values or more would need weights
-the type cannot hold: the mean is separable, counts included, so it averages along W, then
-along H.
+the type cannot hold: the mean is separable, counts included, so it averages along W, then along
+H (``systolix.hir_passes.separate_averages`` does the same for precision in plain compiles).
 """
 
 from __future__ import annotations
@@ -48,10 +48,12 @@ def window_counts(H, W, k, stride, dil, pads, OH, OW, include_pad):
     return (ch[:, None] * cw[None, :]).astype(np.float64)
 
 
-def average_layer(lw, name: str, node, x, out, k, stride, dil, pads, include_pad: bool, op: str, total: bool = False) -> None:
+def average_conv(name: str, x, out, k, stride, dil, pads, include_pad: bool, op: str, node_name: str,
+                 total: bool = False) -> ConvLayer:
     """One conv layer averaging ``x`` into ``out`` over windows ``k`` (``total``: summing)."""
     # Sum with weights 2^-shift (exact scaling), then multiply by 2^shift / count in two SIMD
-    # steps so the multiplier keeps 9 significant bits.
+    # steps so the multiplier keeps 9 significant bits (``pool_scales`` chooses the weight and the
+    # first multiply together on the grid, once the gains are known).
     shift = pool_shift(k[0] * k[1])
     w = np.full((x.C, k[0], k[1]), 2.0 ** -shift, np.float32)
     counts = window_counts(x.H, x.W, k, stride, dil, pads, out.H, out.W, include_pad)
@@ -60,13 +62,17 @@ def average_layer(lw, name: str, node, x, out, k, stride, dil, pads, include_pad
     uniform = np.all(factors == factors.flat[0])
     m = int(np.clip(-np.floor(np.log2(factors.min())), 0, 6))
     if uniform:
-        post.append(Scale(np.full(x.C, factors.flat[0] * 2 ** m, np.float32), node=node.name))
+        post.append(Scale(np.full(x.C, factors.flat[0] * 2 ** m, np.float32), node=node_name))
     else:
-        post.append(ScalePixels((factors * 2 ** m).astype(np.float32), node=node.name))
+        post.append(ScalePixels((factors * 2 ** m).astype(np.float32), node=node_name))
     if m:
-        post.append(Scale(np.full(x.C, 2.0 ** -m, np.float32), node=node.name))
-    lw.add(ConvLayer(name, [ConvInput(x, diagonal=w)], out, np.zeros(x.C, np.float32), k, stride, dil, pads,
-                     post_ops=post, ops=[op], nodes=[node.name], scaling_ops=len(post), open=False))
+        post.append(Scale(np.full(x.C, 2.0 ** -m, np.float32), node=node_name))
+    return ConvLayer(name, [ConvInput(x, diagonal=w)], out, np.zeros(x.C, np.float32), k, stride, dil, pads,
+                     post_ops=post, ops=[op], nodes=[node_name], scaling_ops=len(post), open=False)
+
+
+def average_layer(lw, name: str, node, x, out, k, stride, dil, pads, include_pad: bool, op: str, total: bool = False) -> None:
+    lw.add(average_conv(name, x, out, k, stride, dil, pads, include_pad, op, node.name, total))
 
 
 def average(node, lw, x, k, stride, dil, pads, OH, OW, include_pad: bool, op: str, total: bool = False,
