@@ -13,9 +13,10 @@ from systolix.numerics.grid import grid_pair
 
 def paired_scales(layer: ConvLayer, dtype) -> ConvLayer:
     """An average pool (one input of equal taps per channel, a first scaling multiply per channel)
-    with each channel's weight and first multiply re-chosen on ``dtype``'s grid (``grid_pair``):
-    after gains and exponents (``amplify_weights``) a weight of 133/256 times 2^-3 is no longer
-    on it, and rounding it alone made calibrated averages 1% wrong."""
+    with each channel's weight and first multiply re-chosen together on ``dtype``'s grid
+    (``grid_pair``), once gains and exponents (``amplify_weights``) have set the weight's size:
+    rounded alone, the multiply keeps 9 significant bits, and a weight scaled by a negative gain
+    may leave the grid."""
     if (not layer.scaling_ops or not isinstance(layer.post_ops[0], Scale) or len(layer.inputs) != 1
             or layer.inputs[0].diagonal is None):
         return layer
