@@ -137,3 +137,29 @@ def test_report_json_and_html_are_written(report, tmp_path):
     page = html_path.read_text()
     assert page.count("data:image/png;base64,") == 2 + 2  # overview, outputs, one per layer
     assert "<td>pre</td>" in page and "<td>hidden</td>" in page and "Where error enters" in page
+
+
+def test_a_layer_reading_the_compile_s_own_tensors_is_measured_alone_from_the_model_s():
+    # A plain compile averages the 7x7 map in two layers (``separate_averages``): the second reads
+    # "pool/rows", which the ONNX model does not name. Alone, the pool is the ONNX node on the
+    # float values of what the first layer read: its own error, as the pool compiled by itself.
+    w = (RNG.standard_normal((4, 4, 1, 1)) * 0.5).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["y"], name="pool")]
+    graph = helper.make_graph(nodes, "conv_pool", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 7, 7])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 1, 1])],
+                              [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    xs = np.random.default_rng(2).standard_normal((6, 1, 4, 7, 7)).astype(np.float32)
+    compiled = systolix.compile(m, "ultra96v2")
+    assert [layer.name for layer in compiled.summary.segments[0].hir.layers][-2:] == ["pool/rows", "pool"]
+    report = measure(m, "ultra96v2", inputs={"x": xs})
+    pool = next(layer for layer in report.layers if layer.tensor == "y")
+    assert pool.added_note == "" and pool.added is not None
+    r = np.maximum(np.einsum("oi,nihw->nohw", w[:, :, 0, 0], xs[:, 0].astype(np.float64)), 0)
+    alone = systolix.compile(helper.make_model(helper.make_graph(
+        [nodes[2]], "pool", [helper.make_tensor_value_info("r", onnx.TensorProto.FLOAT, [1, 4, 7, 7])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 1, 1])]), opset_imports=[helper.make_opsetid("", 13)]),
+        "ultra96v2", estimate_gains=False).run({"r": r[:, None].astype(np.float32)}, batch=True)["y"]
+    assert (pool.added.rms, pool.added.max) == pytest.approx(rms_max(alone, r.mean(axis=(2, 3), keepdims=True)[:, None]), abs=2e-3)

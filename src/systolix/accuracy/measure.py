@@ -288,8 +288,9 @@ def measure(model: Any, arch: Any, *, inputs: Any = None, count: int = 32, seed:
     seen: set[str] = set()
     layers = [layer for layer in layers if not (layer.output.name in seen or seen.add(layer.output.name))]
     tensors = [layer.output.name for layer in layers]
-    read_names = sorted({a.name for layer in layers for a in layer.reads()
-                         if a.name in shapes and a.name not in graph.inputs})
+    producers = {layer.output.name: layer for layer in _accelerator_layers(compiled)}
+    read_names = sorted({r for layer in layers for r in (onnx_reads(layer, producers, shapes) or [])
+                         if r not in graph.inputs})
 
     step("onnxruntime float", 0, 2)
     float_names = list(dict.fromkeys(output_names + tensors + read_names))
@@ -335,7 +336,7 @@ def measure(model: Any, arch: Any, *, inputs: Any = None, count: int = 32, seed:
             note = ""
             if isolate:
                 added, added_limit, note, extra = _isolated(layer, onnx_model, shapes, graph, arch, items, ref,
-                                                            samples, calibration_reads, source)
+                                                            samples, calibration_reads, source, producers)
                 sample.update({key: _sample(v, rng, picks) for key, v in extra.items()})
             layer_reports.append(LayerAccuracy(
                 k, layer.name, list(layer.ops), name, list(want.shape[1:]), Errors.of(got, want, lsb),
@@ -352,7 +353,26 @@ def measure(model: Any, arch: Any, *, inputs: Any = None, count: int = 32, seed:
         seconds=time.perf_counter() - started, estimated_gains=estimate_gains)
 
 
-def _isolated(layer, onnx_model, shapes, graph, arch, items, ref, samples, calibration_reads, source):
+def onnx_reads(layer, producers: dict, shapes) -> list[str] | None:
+    """The ONNX tensors ``layer`` computes from: its reads, and for a tensor of the compile's own
+    (a global average's rows, a split head's parts) the reads of the layer writing it, back to
+    tensors the model names. None if some read leads to none."""
+    reads, pending, seen = [], [a.root()[0].name for a in layer.reads()], set()
+    while pending:
+        tensor = pending.pop(0)
+        if tensor in seen:
+            continue
+        seen.add(tensor)
+        if tensor in shapes:
+            reads.append(tensor)
+        elif tensor in producers and producers[tensor] is not layer:
+            pending.extend(a.root()[0].name for a in producers[tensor].reads())
+        else:
+            return None
+    return reads
+
+
+def _isolated(layer, onnx_model, shapes, graph, arch, items, ref, samples, calibration_reads, source, producers):
     """The layer compiled alone and run on the float values of its inputs: ``(ours, limit, note,
     error samples)``; ``(None, None, why, {})`` when that is not possible."""
     from systolix.compiler import compile_model
@@ -361,8 +381,8 @@ def _isolated(layer, onnx_model, shapes, graph, arch, items, ref, samples, calib
     dtype = arch.data_type
     lsb = dtype.resolution
     name = layer.output.name
-    reads = list(dict.fromkeys(a.name for a in layer.reads()))
-    if any(r not in shapes for r in reads):
+    reads = onnx_reads(layer, producers, shapes)
+    if reads is None:
         return None, None, "reads a tensor the ONNX model does not name", {}
     sub = layer_subgraph(onnx_model, reads, name, shapes)
     if sub is None:
