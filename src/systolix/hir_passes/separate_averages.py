@@ -6,8 +6,9 @@ The accumulators hold a 16-bit sum, so an average pool scales each value down be
 rounded off each product. A sum of 7 values needs 7x less scaling than a sum of 49, so two
 passes keep more bits; the one extra rounding, of the row averages, weighs about a seventh of a
 step at the output. ResNet-50 v2's 7x7 pool, whose range is its input's (``estimate_ranges``):
-weights of 1/16 in one sum, 1/2 in two; ResNet-50 v2's logits 1.51 -> 0.96 LSB RMS on random
-normal inputs (the format's limit 0.35).
+weights of 1/16 in one sum, 1/2 in two; with the weight and multiply paired (``pool_scales``),
+ResNet-50 v2's logits about 1.5 -> 1.0 LSB RMS on random normal inputs (4 and 8 of them; 1.00
+on ``benchmarks/bench_accuracy.py``'s 16; the format's limit 0.35).
 
 Plain compiles only: a calibrated pool's gains come from its samples' sums, and two passes each
 sized for a heavy tail of few values (``amplify_weights``' global-pool rule) cost ResNet-20 v2's
