@@ -95,10 +95,10 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
         ev = evaluated(feeds)
         for index, peak in ev.accumulator_max.items():
             peaks.setdefault(index, []).append(peak)
-            seen = [float(np.max(np.abs(ev.read(inp.act)), initial=0.0)) for inp in hir.layers[index].inputs]
+            values = [np.asarray(ev.read(inp.act), np.float64).reshape(inp.act.C, -1) for inp in hir.layers[index].inputs]
+            seen = [float(np.max(np.abs(v), initial=0.0)) for v in values]
             inputs[index] = seen if index not in inputs else [max(a, b) for a, b in zip(inputs[index], seen)]
-            means = [np.mean(np.asarray(ev.read(inp.act), np.float64).reshape(inp.act.C, -1), axis=1)
-                     for inp in hir.layers[index].inputs]
+            means = [np.mean(v, axis=1) for v in values]
             sums[index] = means if index not in sums else [a + b for a, b in zip(sums[index], means)]
         if groups:
             add_grams(ev, groups[0])

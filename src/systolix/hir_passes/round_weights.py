@@ -20,7 +20,8 @@ row) gets what a plain compile does (``correct_biases.corrected``): balanced tap
 their rounding error taken out of the bias, with the channels' means measured on the samples.
 Rounded to nearest without it, ResNet-50 v2's residual stream gathered a per-channel offset
 that its global average pool kept: calibrated on 64 samples, 3.3 LSB RMS at the logits without
-it, 1.07 with it (``benchmarks/bench_accuracy.py resnet50v2``; the plain compile 1.00).
+it, 1.07 with it (``benchmarks/bench_accuracy.py resnet50v2``, with this session's pool changes
+at an intermediate state for "without"; the plain compile 1.00).
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ rounded off each product. A sum of 7 values needs 7x less scaling than a sum of 
 passes keep more bits; the one extra rounding, of the row averages, weighs about a seventh of a
 step at the output. ResNet-50 v2's 7x7 pool, whose range is its input's (``estimate_ranges``):
 weights of 1/16 in one sum, 1/2 in two; with the weight and multiply paired (``pool_scales``),
-ResNet-50 v2's logits about 1.5 -> 1.0 LSB RMS on random normal inputs (4 and 8 of them; 1.00
-on ``benchmarks/bench_accuracy.py``'s 16; the format's limit 0.35).
+ResNet-50 v2's logits about 1.5 -> 1.0 LSB RMS on 4 and 8 random normal inputs (a throwaway
+script comparing each tensor with onnxruntime's; 1.00 on ``benchmarks/bench_accuracy.py``'s 16
+with all of it; the format's limit 0.35).
 
 Plain compiles only: a calibrated pool's gains come from its samples' sums, and two passes each
 sized for a heavy tail of few values (``amplify_weights``' global-pool rule) cost ResNet-20 v2's
@@ -22,9 +23,9 @@ import dataclasses
 
 import numpy as np
 
-from systolix.ir.hir import Activation, ConvLayer, HirProgram
+from systolix.ir.hir import ConvLayer, HirProgram
 from systolix.ir.postops import Scale
-from systolix.lowering.ops.average import average_conv
+from systolix.lowering.ops.average import rows_then_columns
 
 SEPARATE_TAPS = 16
 
@@ -64,9 +65,7 @@ def separated(layer: ConvLayer) -> list[ConvLayer] | None:
         return None
     node = layer.nodes[0] if layer.nodes else layer.name
     op = layer.ops[0] if layer.ops else "GlobalAveragePool"
-    rows = Activation(f"{layer.name}/rows", x.C, x.H, 1, x.N)
-    first = average_conv(f"{layer.name}/rows", x, rows, (1, x.W), (1, 1), (1, 1), (0, 0, 0, 0), True, op, node, total)
-    second = average_conv(layer.name, rows, out, (x.H, 1), (1, 1), (1, 1), (0, 0, 0, 0), True, op, node, total)
+    first, second = rows_then_columns(layer.name, x, out, (x.H, x.W), (1, 1), (1, 1), (0, 0, 0, 0), True, op, node, total)
     keep = {"ops": layer.ops, "nodes": layer.nodes}
     return [dataclasses.replace(first, **keep),
             dataclasses.replace(second, post_ops=second.post_ops + layer.post_ops[layer.scaling_ops:], **keep)]

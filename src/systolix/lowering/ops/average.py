@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from systolix.ir.hir import ConvInput, ConvLayer
+from systolix.ir.hir import Activation, ConvInput, ConvLayer
 from systolix.ir.postops import Scale, ScalePixels
 from systolix.lowering.ops.maxpool import pool_geometry
 from systolix.lowering.registry import OpHandler, handles
@@ -75,6 +75,17 @@ def average_layer(lw, name: str, node, x, out, k, stride, dil, pads, include_pad
     lw.add(average_conv(name, x, out, k, stride, dil, pads, include_pad, op, node.name, total))
 
 
+def rows_then_columns(name: str, x, out, k, stride, dil, pads, include_pad: bool, op: str, node_name: str,
+                      total: bool = False) -> list[ConvLayer]:
+    """The average of ``x`` over windows ``k`` as two layers: along W into ``name/rows``, then
+    along H into ``out`` (the mean is separable, counts included)."""
+    rows = Activation(f"{name}/rows", x.C, x.H, out.W, x.N)
+    return [average_conv(f"{name}/rows", x, rows, (1, k[1]), (1, stride[1]), (1, dil[1]), (0, pads[1], 0, pads[3]),
+                         include_pad, op, node_name, total),
+            average_conv(name, rows, out, (k[0], 1), (stride[0], 1), (dil[0], 1), (pads[0], 0, pads[2], 0),
+                         include_pad, op, node_name, total)]
+
+
 def average(node, lw, x, k, stride, dil, pads, OH, OW, include_pad: bool, op: str, total: bool = False,
             name: str | None = None):
     """Average (``total``: sum) ``x`` over windows ``k`` into the tensor ``name`` (the node's output by default)."""
@@ -85,12 +96,9 @@ def average(node, lw, x, k, stride, dil, pads, OH, OW, include_pad: bool, op: st
         out = lw.new_act(name, x.C, OH, OW)
         average_layer(lw, layer, node, x, out, k, stride, dil, pads, include_pad, op, total)
     else:
-        rows = lw.new_act(f"{layer}/rows", x.C, x.H, OW)
-        average_layer(lw, f"{layer}/rows", node, x, rows, (1, k[1]), (1, stride[1]), (1, dil[1]),
-                      (0, pads[1], 0, pads[3]), include_pad, op, total)
         out = lw.new_act(name, x.C, OH, OW)
-        average_layer(lw, layer, node, rows, out, (k[0], 1), (stride[0], 1), (dil[0], 1),
-                      (pads[0], 0, pads[2], 0), include_pad, op, total)
+        for part in rows_then_columns(layer, x, out, k, stride, dil, pads, include_pad, op, node.name, total):
+            lw.add(part)
     if name == node.outputs[0]:
         lw.bind(node.outputs[0], out)
     return out
