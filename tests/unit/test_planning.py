@@ -177,3 +177,37 @@ def test_constants_that_do_not_fit_dram1():
         compile_model(m, arch)
     with pytest.raises(SchedulingError, match=r"constants need \d+ vectors of DRAM1 but the architecture has 16 .*--no-split"):
         compile_model(m, arch, split=False)
+
+
+def test_dram0_falls_back_to_largest_first_where_first_fit_leaves_only_fragments():
+    # Lifetimes (layer steps, inclusive) A 0..3, B 0..0, C 0..3, D 1..3; sizes 1, 2, 1, 3 vectors.
+    # First fit in program order puts A at 0, B at 1, C at 3; B dies and leaves [1, 3) and [4, 6),
+    # so D (3 vectors) finds no span in a DRAM0 of 6 although only 5 vectors are ever live at once.
+    # Largest first: D at 0, B at 0 (never live with D), A at 3, C at 4.
+    from types import SimpleNamespace
+
+    from systolix.ir.hir import Activation
+    from systolix.planning.allocators import allocate_dram0
+
+    a, b, c, d = (Activation(name, size, 1, 1, 1) for name, size in (("A", 1), ("B", 2), ("C", 1), ("D", 3)))
+
+    def layer(reads=(), writes=()):
+        return SimpleNamespace(reads=lambda: list(reads), writes=lambda: list(writes))
+
+    hir = SimpleNamespace(inputs={}, outputs={}, layers=[layer(writes=[a, b, c]), layer(writes=[d]), layer(), layer(reads=[a, c, d])])
+    places: dict = {}
+    top = allocate_dram0(hir, 6, places)
+    spans = {t.name: (places[t].base, places[t].base + t.vectors) for t in (a, b, c, d)}
+    assert top == 5 and spans == {"D": (0, 3), "B": (0, 2), "A": (3, 4), "C": (4, 5)}
+    lifetimes = {"A": (0, 3), "B": (0, 0), "C": (0, 3), "D": (1, 3)}
+    for x in spans:
+        for y in spans:
+            live_together = lifetimes[x][0] <= lifetimes[y][1] and lifetimes[y][0] <= lifetimes[x][1]
+            if x < y and live_together:
+                assert spans[x][1] <= spans[y][0] or spans[y][1] <= spans[x][0], (x, y)
+    # Where even the tightest plan does not fit, the error is first fit's, naming the tensor.
+    with pytest.raises(SchedulingError, match="activation 'D' needs 3 vectors of DRAM0 but only fragments are left"):
+        allocate_dram0(hir, 4, {})
+    # A program first fit places keeps first fit's addresses (every compiled program's files as before).
+    places = {}
+    assert allocate_dram0(hir, 7, places) == 7 and places[d].base == 4

@@ -125,6 +125,14 @@ def _whole_windows(layer, R: int) -> int:
     return R - R % k
 
 
+def _rows_of_whole_windows(layer, R: int) -> int:
+    """``_whole_windows``, or 0 where not even one window's rows fit."""
+    try:
+        return _whole_windows(layer, R)
+    except PoolWindowsDoNotFit:
+        return 0
+
+
 def _acc_tiles(schedule: bool, tile_copies: int, tile: int, acc_room: int) -> int:
     """2 when a second tile fits the accumulators (and the schedule pass will use it), else 1."""
     return 2 if schedule and tile_copies == 1 and 2 * tile <= acc_room else 1
@@ -212,27 +220,38 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
     if R:
         for k in range(plan.memory.batch, 1, -1):
             k_rows, k_groups, k_resident = fit(k)
-            if (_whole_windows(layer, k_rows), k_groups, k_resident) == (R, ng, resident):
+            if (_rows_of_whole_windows(layer, k_rows), k_groups, k_resident) == (R, ng, resident):
                 images = k
                 break
-    # One image at a time (any program where no two images share a tile): the tile and the
-    # double-buffering are chosen by cost. A batch program takes that plan only if it is
-    # pipelined, and runs it image after image (``systolix.codegen.conv``); otherwise it keeps
-    # the first fit, its images one after another with their constants loaded once (measured on
-    # ResNet-20 v2 and YOLOv4-tiny at batch 4: the unpipelined choices of one image were slower
-    # there). Images that share tiles keep the first fit and are not pipelined.
-    if R and not diagonal and images == 1:
+    # The plan of one image: the tile and the double-buffering chosen by cost. A batch program
+    # runs it image after image (``systolix.codegen.conv``), its resident weights and SIMD
+    # constants loaded once, unless images sharing the first fit's weight tiles cost less by the
+    # same model: sharing saves weight loads but gives up the chosen tile, the overlap across
+    # lock halves and the second accumulator buffer, which cost more on the small arrays
+    # (ResNet-20 v2's stage 3 and YOLOv4-tiny's 2x2-pooled convs on the 8x8 arty-a7-35).
+    if R and not diagonal:
+        may_overlap = schedule and tile_copies == 1
         chosen = _choose(layer, consts, arch, (R, ng, resident), rows_in, local_need,
                          acc_room // tile_copies, local_avail,
-                         pipeline and not consts_local and region0 == 0, consts_local,
-                         schedule and tile_copies == 1)
-        pipelined = chosen[3]
-        if plan.memory.batch == 1 or pipelined:
-            R, ng, resident = chosen[:3]
+                         pipeline and not consts_local and region0 == 0, consts_local, may_overlap)
+        if images > 1:
+            tail = _tail_clocks(layer)
+            w = 0 if consts_local else total_w
+            batch = plan.memory.batch
+            band = rows_in(R) * W * sum_gi
+            shared = sum(_conv_cost(consts, arch, R, OH, OW, band, w, resident, False, tail, images=k, runs=runs)
+                         for k, runs in ((images, batch // images), (batch % images, 1)) if k and runs)
+            cR, cg, cres, cpipe = chosen
+            alone = _conv_cost(consts, arch, cR, OH, OW, rows_in(cR) * W * sum_gi, w, cres, cpipe, tail,
+                               may_overlap and 2 * cR * OW * cg <= acc_room // tile_copies, runs=batch)
+            if alone < shared:
+                images = 1
+        if images == 1:
+            R, ng, resident, pipelined = chosen
             R = _whole_windows(layer, R)
-        if pipelined:
-            return _pipelined_conv(layer, consts, arch, R, ng, resident, rows_in, local_need, H, W, sum_gi,
-                                   _acc_tiles(schedule, tile_copies, R * OW * ng, acc_room), schedule)
+            if pipelined:
+                return _pipelined_conv(layer, consts, arch, R, ng, resident, rows_in, local_need, H, W, sum_gi,
+                                       _acc_tiles(schedule, tile_copies, R * OW * ng, acc_room), schedule)
     if not R:
         raise SchedulingError(
             f"layer {layer.name!r} needs {local_need(1, 1) + (0 if resident else 1 + N)} vectors of local memory for one output row "
@@ -249,7 +268,7 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
     acc_const = arch.accumulator_depth - n_simd
     stages = _row_stages(OH, R, H, sh, pt, KH, dh)
     tile = R * OW * ng
-    acc_tiles = _acc_tiles(schedule and plan.memory.batch == 1, tile_copies, tile, acc_room)
+    acc_tiles = _acc_tiles(schedule and (plan.memory.batch == 1 or (images == 1 and not diagonal)), tile_copies, tile, acc_room)
     tiles = images * tile * acc_tiles
     weights = "in place" if consts_local else "resident" if resident else "streamed"
     return LayerPlan(
@@ -263,24 +282,27 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
 
 
 def _conv_cost(consts, arch, R: int, OH: int, OW: int, band: int, total_w: int, resident: bool, pipelined: bool,
-               tail: int = 0, overlap: bool = False) -> float:
+               tail: int = 0, overlap: bool = False, images: int = 1, runs: int = 1) -> float:
     """Clocks a conv plan takes, roughly: per stage the array's work (every weight block's load
     and drain, the band streaming through it, the bias) against the DRAM moves (band, weights,
     saves) at ``vector_bytes / 16`` clocks a vector (a 128-bit port); a pipelined plan overlaps
     the two, a plain one adds them. ``tail``: accumulator clocks of post-ops and save per output
     vector, after the array's work, or (``overlap``: two accumulator buffers, the schedule pass)
-    hidden up to ``2N`` clocks a weight block behind the next tile's loads. Only the comparison
-    between plans of one layer matters."""
+    hidden up to ``2N`` clocks a weight block behind the next tile's loads. ``images`` stream
+    through each weight tile together (each its own band and tile), in ``runs`` runs of the layer
+    (a batch program; resident weights are loaded once for all). Only the comparison between
+    plans of one layer matters."""
     N = arch.array_size
     per_vector = arch.vector_bytes / 16
     n_go = len(consts.blocks)
     n_blocks = sum(len(b) for b in consts.blocks) + n_go  # the bias is a block too
 
     def stage(rows: int) -> float:
-        compute = n_blocks * (rows * OW + 3 * N + 1) + n_go * rows * OW
-        after = n_go * rows * OW * tail
+        vectors = images * rows * OW
+        compute = n_blocks * (vectors + 3 * N + 1) + n_go * vectors
+        after = n_go * vectors * tail
         compute += max(0, after - 2 * N * n_blocks) if overlap else after
-        moved = band + n_go * rows * OW + (0 if resident else total_w)
+        moved = images * band + n_go * vectors + (0 if resident else total_w)
         if not pipelined:
             return compute + moved * per_vector
         if resident:  # the next band and the last saves behind the array
@@ -289,9 +311,9 @@ def _conv_cost(consts, arch, R: int, OH: int, OW: int, band: int, total_w: int, 
         # the chunks and saves behind the array.
         return 2 * band * per_vector + max(compute, (moved - band) * per_vector)
 
-    cost = (OH // R) * stage(R) + (stage(OH % R) if OH % R else 0.0)
+    cost = (OH // R) * stage(R) + (stage(OH % R) if OH % R else 0.0) + (band * per_vector if pipelined else 0)
     weights_once = total_w * (2 if pipelined else 1) if resident else 0
-    return cost + weights_once * per_vector / (2 if pipelined else 1) + (band * per_vector if pipelined else 0)
+    return runs * cost + weights_once * per_vector / (2 if pipelined else 1)
 
 
 def _choose(layer: ConvLayer, consts, arch, first: tuple[int, int, bool], rows_in, local_need, acc_avail: int, local_avail: int,
