@@ -239,13 +239,18 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
             w = 0 if consts_local else total_w
             batch = plan.memory.batch
             band = rows_in(R) * W * sum_gi
-            shared = sum(_conv_cost(consts, arch, R, OH, OW, band, w, resident, False, tail, images=k, runs=runs)
-                         for k, runs in ((images, batch // images), (batch % images, 1)) if k and runs)
+
+            def shared(k: int) -> float:
+                """``k`` images a run (the last run the rest), each run one pass of the layer."""
+                return sum(_conv_cost(consts, arch, R, OH, OW, band, w, resident, False, tail, images=n, runs=runs)
+                           for n, runs in ((k, batch // k), (batch % k, 1)) if n and runs)
+
             cR, cg, cres, cpipe = chosen
             alone = _conv_cost(consts, arch, cR, OH, OW, rows_in(cR) * W * sum_gi, w, cres, cpipe, tail,
                                may_overlap and 2 * cR * OW * cg <= acc_room // tile_copies, runs=batch)
-            if alone < shared:
-                images = 1
+            # Fewer images a run than fit can cost less (4 images as 2 + 2 rather than 3 + 1).
+            cost, images = min((shared(k), -k) for k in range(images, 1, -1))
+            images = 1 if alone < cost else -images
         if images == 1:
             R, ng, resident, pipelined = chosen
             R = _whole_windows(layer, R)
@@ -304,6 +309,10 @@ def _conv_cost(consts, arch, R: int, OH: int, OW: int, band: int, total_w: int, 
         compute += max(0, after - 2 * N * n_blocks) if overlap else after
         moved = images * band + n_go * vectors + (0 if resident else total_w)
         if not pipelined:
+            if images > 1:
+                # Image 0's MatMuls wait for its own band only: the other images' bands load,
+                # and the earlier images' saves drain, while the array works.
+                return (band + n_go * rows * OW) * per_vector + max(compute, (moved - band - n_go * rows * OW) * per_vector)
             return compute + moved * per_vector
         if resident:  # the next band and the last saves behind the array
             return max(compute, moved * per_vector)
