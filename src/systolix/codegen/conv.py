@@ -187,9 +187,10 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
     # With output phases a block's kw is its phase, which reads every packed pixel of its rows.
     vw = [(0, OW)] * layer.phases if layer.phases > 1 else [_valid(OW, W, k, sw, dw, pl) for k in range(KW)]
     if memory.batch > 1 and not one_image:
-        # A batch program: ``t.images`` (at least 2) images at a time stream through each weight
-        # tile, image j with its band ``t.band_size`` vectors after image j-1's and its tile
-        # ``tile`` after (plans that share tiles are never pipelined: ``systolix.planning.tiling.conv``).
+        # A batch program: ``t.images`` images at a time (a diagonal layer's: 1 or more) stream
+        # through each weight tile, image j with its band ``t.band_size`` vectors after image
+        # j-1's and its tile ``tile`` after (plans that share tiles are never pipelined:
+        # ``systolix.planning.tiling.conv``).
         tile_size = t.rows * OW * t.groups
         local = None if to_local is None else (lambda a: to_local(a, 0))
         for first in range(0, memory.batch, t.images):

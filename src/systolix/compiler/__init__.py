@@ -252,7 +252,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
     except PoolWindowsDoNotFit as e:
         # A fused pool needs whole windows in a tile; where a layer's tile holds fewer rows (a
-        # batch program on a small array) the pools stay layers of their own, as before fusion.
+        # case fuse_pools' band estimate missed) the pools stay layers of their own, as before fusion.
         unfused_pools = e.reason
         ctx = context(False)
         program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)

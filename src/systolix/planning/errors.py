@@ -13,8 +13,9 @@ class SchedulingError(SystolixError):
 
 class PoolWindowsDoNotFit(SchedulingError):
     """A conv's tail saves a fused ``k x k`` max pool (``fuse_pools``), but fewer than ``k`` of its
-    output rows fit a tile (a batch program on a small array): the compiler then compiles again
-    with the pools as layers of their own."""
+    output rows fit a tile even for one image (``fuse_pools`` estimates the band and leaves such
+    pools alone, so this is a safety net; a batch program's images never share a tile that would
+    split windows): the compiler then compiles again with the pools as layers of their own."""
 
     def __init__(self, layer: str, window: int, rows: int):
         self.layer, self.window, self.rows = layer, window, rows

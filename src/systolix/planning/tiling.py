@@ -55,7 +55,8 @@ class ConvTiling:
     contexts: tuple[tuple[int, int, int], ...] = ()
     images: int = 1
     """Images of a batch program that stream through each weight tile together, each with its
-    own input band (``band_size`` vectors apart) and tile (``rows * OW * groups`` apart)."""
+    own input band (``band_size`` vectors apart) and tile (``rows * OW * groups`` apart); 1: the
+    plan of one image, run image after image."""
     band_size: int = 0
     acc_tiles: int = 1
     """Accumulator buffers the partitions alternate between (2: tile p at ``(p % 2) * tile``, so
@@ -249,8 +250,8 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
             alone = _conv_cost(consts, arch, cR, OH, OW, rows_in(cR) * W * sum_gi, w, cres, cpipe, tail,
                                may_overlap and 2 * cR * OW * cg <= acc_room // tile_copies, runs=batch)
             # Fewer images a run than fit can cost less (4 images as 2 + 2 rather than 3 + 1).
-            cost, images = min((shared(k), -k) for k in range(images, 1, -1))
-            images = 1 if alone < cost else -images
+            best = min(range(images, 1, -1), key=lambda k: (shared(k), -k))
+            images = 1 if alone < shared(best) else best
         if images == 1:
             R, ng, resident, pipelined = chosen
             R = _whole_windows(layer, R)
