@@ -26,3 +26,31 @@ def test_a_batch_2_program_on_the_rtl_gives_the_emulators_outputs():
     (cycles,) = rtl.result.cycles  # both images in one run of the program
     assert cycles == simulate_rtl(two.program, two.arch).cycles
     assert cycles < 2 * simulate_rtl(one.program, one.arch).cycles
+
+
+def test_a_conv_that_shares_no_tile_runs_its_one_image_plan_image_after_image_on_the_rtl():
+    """A conv whose one-image tile fills the accumulators shares no weight tile between images:
+    the batch-2 program runs the batch-1 plan image after image (here single-buffered,
+    ``pipeline=False``, with the schedule pass's second accumulator buffer: 3 of the 4 output
+    groups a tile; before 6e6aeff the first fit, 4 groups and one buffer), its weights and SIMD
+    constants loaded once. On the Verilated RTL: the emulator's outputs and the batch-1
+    program's, in exactly the clocks the ``rtl`` model predicts, and no more than two batch-1 runs."""
+    from onnx import helper
+
+    from tests.onnx_builders import ir_of, make_model
+
+    rng = np.random.default_rng(2)
+    w = rng.normal(0, 0.15, (32, 8, 3, 3)).astype(np.float32)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+                        helper.make_node("Relu", ["c"], ["y"])], [("x", [1, 8, 16, 16])], [("y", None)], {"w": w})
+    (plan,) = ir_of(model, "pynqz1", until="tile layers", batch=2, pipeline=False).layers
+    assert plan.detail.images == 1 and not plan.detail.contexts and plan.detail.acc_tiles == 2
+    one = systolix.compile(model, "pynqz1", pipeline=False)
+    two = systolix.compile(model, "pynqz1", batch=2, pipeline=False)
+    x = rng.uniform(-1, 1, (2, 1, 8, 16, 16)).astype(np.float32)
+    rtl = two.run_detailed({"x": x}, batch=True, engine="rtl")
+    assert np.array_equal(rtl.raw_outputs["y"], two.run_detailed({"x": x}, batch=True).raw_outputs["y"])
+    assert np.array_equal(rtl.raw_outputs["y"], one.run_detailed({"x": x}, batch=True).raw_outputs["y"])
+    (cycles,) = rtl.result.cycles
+    assert cycles == simulate_rtl(two.program, two.arch).cycles
+    assert cycles <= 2 * simulate_rtl(one.program, one.arch).cycles
