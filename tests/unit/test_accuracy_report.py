@@ -59,6 +59,12 @@ def rms_max(got, want) -> tuple[float, float]:
     return float(np.sqrt(np.mean(err ** 2))), float(np.max(np.abs(err)))
 
 
+def offset(got, want) -> float:
+    """A dense layer's outputs ``[inputs, 1, D]``: each value's mean error over the inputs, RMS."""
+    err = ((np.asarray(got, np.float64) - want) / LSB).reshape(len(want), -1)
+    return float(np.sqrt(np.mean(err.mean(axis=0) ** 2)))
+
+
 @pytest.fixture(scope="module")
 def xs() -> np.ndarray:
     return np.random.default_rng(0).standard_normal((10, 1, 12)).astype(np.float32)
@@ -89,6 +95,8 @@ def test_outputs_and_layers_match_numpy(report, xs):
     assert out.agreement == pytest.approx(np.mean(ours_y.reshape(10, -1).argmax(1) == y.reshape(10, -1).argmax(1)))
     assert out.limit_agreement == pytest.approx(np.mean(y_limit.reshape(10, -1).argmax(1) == y.reshape(10, -1).argmax(1)))
     assert report.rms == pytest.approx(out.ours.rms) and report.limit_rms == pytest.approx(out.limit.rms)
+    assert out.ours.offset == pytest.approx(offset(ours_y, y), abs=2e-3)
+    assert out.limit.offset == pytest.approx(offset(y_limit, y), abs=2e-3)
 
     first, second = report.layers
     assert first.tensor == "hidden" and first.ops == ["Gemm", "Relu"] and second.tensor == "y"
@@ -110,6 +118,20 @@ def test_outputs_and_layers_match_numpy(report, xs):
     assert second.added_limit.rms == pytest.approx(rms_max(alone_limit, y)[0], abs=2e-3)
     assert report.identical_outputs is True
     assert first.saturated == second.saturated == 0
+
+
+def test_a_map_s_offset_is_its_channels_mean_error_over_inputs_and_pixels():
+    # [inputs, 1, C, H, W]: channel c errs by offsets[c] everywhere plus a +-1 pattern whose mean
+    # over the inputs and pixels is zero; the offset is the RMS of offsets, whatever the pattern's size.
+    from systolix.accuracy.measure import Errors, channel_offset
+
+    offsets = np.array([0.5, -0.25, 0.0, 1.0])
+    pattern = np.where(np.indices((6, 1, 4, 3, 4)).sum(axis=0) % 2 == 0, 1.0, -1.0) * 3.0
+    err = pattern + offsets[None, None, :, None, None]
+    assert channel_offset(err) == pytest.approx(float(np.sqrt(np.mean(offsets ** 2))))
+    ref = np.zeros(err.shape)
+    errors = Errors.of(err * LSB, ref, LSB)
+    assert errors.offset == pytest.approx(channel_offset(err)) and errors.rms > errors.offset
 
 
 def test_saturated_values_are_counted():

@@ -54,13 +54,28 @@ class Errors:
 
     rms: float
     max: float
+    offset: float = 0.0
+    """The part of the error that is the same on every input: the RMS over channels of each
+    channel's mean error (over the inputs and, for a map ``[1, C, ...]``, its pixels; for a
+    tensor of two axes, each value is a channel). A rounded constant times a channel's mean
+    (a weight's, a batch norm's scale) errs so; no later pool or input averages it away. Its
+    noise floor is about ``rms / sqrt(inputs x pixels)``."""
 
     @classmethod
     def of(cls, got: np.ndarray, ref: np.ndarray, lsb: float) -> "Errors":
         err = (np.asarray(got, np.float64) - np.asarray(ref, np.float64)) / lsb
         if err.size == 0:
             return cls(0.0, 0.0)
-        return cls(float(np.sqrt(np.mean(err ** 2))), float(np.max(np.abs(err))))
+        return cls(float(np.sqrt(np.mean(err ** 2))), float(np.max(np.abs(err))), channel_offset(err))
+
+
+def channel_offset(err: np.ndarray) -> float:
+    """``Errors.offset`` of errors stacked ``[inputs, *tensor shape]``."""
+    if err.ndim >= 4:  # [inputs, 1, C, pixels...]: a channel's mean over inputs and pixels
+        means = np.moveaxis(err, 2, 0).reshape(err.shape[2], -1).mean(axis=1)
+    else:
+        means = err.mean(axis=0)
+    return float(np.sqrt(np.mean(means ** 2)))
 
 
 @dataclass

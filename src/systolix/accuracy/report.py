@@ -42,7 +42,7 @@ def overview_figure(report: AccuracyReport):
 
     layers = report.layers
     x = np.arange(len(layers))
-    fig, ax = plt.subplots(figsize=(12, 3.8))
+    fig, ax = plt.subplots(figsize=(12, 4.6))
     floor = 1e-2
 
     def series(values):
@@ -54,6 +54,10 @@ def overview_figure(report: AccuracyReport):
             label="ours, added by the layer alone")
     ax.plot(x, series([layer.added_limit.rms if layer.added_limit else None for layer in layers]), "s--", color=LIMIT,
             alpha=0.6, label="limit, added by the layer alone")
+    ax.plot(x, series([layer.ours.offset for layer in layers]), "^:", color=OURS, alpha=0.8,
+            label="ours, accumulated offset (the same on every input)")
+    ax.plot(x, series([layer.limit.offset for layer in layers]), "^:", color=LIMIT, alpha=0.8,
+            label="limit, accumulated offset")
     ax.set_yscale("log")
     ax.set_ylabel("RMS error (LSB)")
     ax.set_xlabel("layer")
@@ -61,8 +65,10 @@ def overview_figure(report: AccuracyReport):
     ax.set_xticks(x[::step])
     ax.set_xticklabels([f"{layer.index}" for layer in layers][::step])
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8, ncol=2)
+    # Below the axes: six series would hide the first layers' points.
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, ncol=3)
     ax.set_title("Error per layer against the float model")
+    fig.tight_layout()
     return fig
 
 
@@ -157,21 +163,24 @@ def html_report(report: AccuracyReport) -> str:
                                                        "NO: per-layer figures come from a compile that differs")],
         ["nodes on the host", ", ".join(report.host_nodes) or "none"],
     ], None)
-    outputs = _table([[o.name, "x".join(map(str, o.shape)), _fmt(o.ours), _fmt(o.ours, "max"), _fmt(o.limit),
-                       _fmt(o.limit, "max"), f"x{_ratio(o.ours, o.limit):.2f}" if _ratio(o.ours, o.limit) else "-",
+    outputs = _table([[o.name, "x".join(map(str, o.shape)), _fmt(o.ours), _fmt(o.ours, "offset"), _fmt(o.ours, "max"),
+                       _fmt(o.limit), _fmt(o.limit, "offset"), _fmt(o.limit, "max"),
+                       f"x{_ratio(o.ours, o.limit):.2f}" if _ratio(o.ours, o.limit) else "-",
                        _pct(o.agreement), _pct(o.limit_agreement)] for o in report.outputs],
-                     ["output", "shape", "ours RMS", "ours max", "limit RMS", "limit max", "ours / limit",
-                      "same class: ours", "same class: limit"])
+                     ["output", "shape", "ours RMS", "ours offset", "ours max", "limit RMS", "limit offset", "limit max",
+                      "ours / limit", "same class: ours", "same class: limit"])
     rows, classes = [], []
     for layer in report.layers:
         added = _ratio(layer.added, layer.added_limit)
         rows.append([layer.index, layer.name, "+".join(layer.ops), layer.tensor, "x".join(map(str, layer.shape)),
-                     _fmt(layer.ours), _fmt(layer.ours, "max"), _fmt(layer.limit), _fmt(layer.limit, "max"),
+                     _fmt(layer.ours), _fmt(layer.ours, "offset"), _fmt(layer.ours, "max"), _fmt(layer.limit),
+                     _fmt(layer.limit, "offset"), _fmt(layer.limit, "max"),
                      f"x{_ratio(layer.ours, layer.limit):.1f}" if _ratio(layer.ours, layer.limit) else "-",
                      _fmt(layer.added), _fmt(layer.added_limit), f"x{added:.1f}" if added else "-",
                      f"{layer.saturated:,}" + (f" ({layer.float_beyond:,} in float)" if layer.float_beyond else "")])
         classes.append("enters" if added is not None and added >= ENTERS else ("sat" if layer.saturated else ""))
-    layer_table = _table(rows, ["#", "layer", "ops", "output tensor", "shape", "ours RMS", "ours max", "limit RMS", "limit max",
+    layer_table = _table(rows, ["#", "layer", "ops", "output tensor", "shape", "ours RMS", "ours offset", "ours max",
+                                "limit RMS", "limit offset", "limit max",
                                 "ours / limit", "alone: ours RMS", "alone: limit RMS", "alone: ours / limit",
                                 "saturated values"], classes)
     figures = []
@@ -197,7 +206,9 @@ activation and residual add, a pool, a dense layer). <b>Accumulated</b>: that te
 all earlier layers' errors included. <b>Alone</b>: the layer's own ONNX nodes compiled by themselves (calibrated on
 the float values of their inputs when the model is) and run on the float model's values of its inputs: the error this
 layer adds, without what it inherits. The limit's columns do the same with every tensor rounded to {html.escape(report.data_type)}
-and every product exact. Rows in <span class='enters'>red</span>: the layer alone errs {ENTERS:g} times or more what the limit does,
+and every product exact. <b>Offset</b>: the part of the error that is the same on every input (the RMS over channels of
+each channel's mean error, over the inputs and pixels): a rounded constant times a channel's mean errs so, and no pool
+averages it away. Rows in <span class='enters'>red</span>: the layer alone errs {ENTERS:g} times or more what the limit does,
 where error enters; in <span class='sat'>yellow</span>: some output values sit at the range's ends (saturated).</p>
 {overview}
 <div class='layers'>{layer_table}</div>

@@ -19,13 +19,14 @@ def _tables(report) -> list[Table]:
     kind = (f"calibrated on {report.calibration_samples} samples" if report.calibration_samples
             else "plain, estimated gains" if report.estimated_gains else "plain, no gains")
     outputs = Table(title=f"{report.model} on {report.arch} ({kind}), {report.inputs} inputs: outputs' error (LSB)")
-    for col in ["output", "ours RMS", "ours max", "limit RMS", "limit max", "ours / limit", "same class: ours",
-                "same class: limit"]:
+    for col in ["output", "ours RMS", "ours offset", "ours max", "limit RMS", "limit offset", "limit max", "ours / limit",
+                "same class: ours", "same class: limit"]:
         outputs.add_column(col, justify="left" if col == "output" else "right",
                            overflow="fold" if col == "output" else "ellipsis")
     for o in report.outputs:
         ratio = o.ours.rms / o.limit.rms if o.limit.rms else None
-        outputs.add_row(o.name, f"{o.ours.rms:.2f}", f"{o.ours.max:.1f}", f"{o.limit.rms:.2f}", f"{o.limit.max:.1f}",
+        outputs.add_row(o.name, f"{o.ours.rms:.2f}", f"{o.ours.offset:.2f}", f"{o.ours.max:.1f}", f"{o.limit.rms:.2f}",
+                        f"{o.limit.offset:.2f}", f"{o.limit.max:.1f}",
                         f"x{ratio:.2f}" if ratio else "-",
                         "-" if o.agreement is None else f"{o.agreement:.1%}",
                         "-" if o.limit_agreement is None else f"{o.limit_agreement:.1%}")
@@ -34,7 +35,8 @@ def _tables(report) -> list[Table]:
         layers = Table(title="Per layer (LSB): accumulated, and the layer alone on float inputs "
                              f"(bold: alone {ENTERS:g}x the limit or more)")
         longest = max(len(layer.name) for layer in report.layers)
-        for col in ["#", "layer", "ops", "RMS", "limit RMS", "max", "alone RMS", "alone limit", "saturated"]:
+        for col in ["#", "layer", "ops", "RMS", "limit RMS", "offset", "limit offset", "max", "alone RMS", "alone limit",
+                    "saturated"]:
             # a layer's name is never cut: the user looks it up in the model
             layers.add_column(col, justify="left" if col in ("layer", "ops") else "right",
                               min_width=min(longest, 48) if col == "layer" else None,
@@ -44,7 +46,8 @@ def _tables(report) -> list[Table]:
                       and layer.added.rms >= ENTERS * layer.added_limit.rms)
             style = "bold" if enters else None
             layers.add_row(str(layer.index), layer.name, "+".join(layer.ops), f"{layer.ours.rms:.2f}",
-                           f"{layer.limit.rms:.2f}", f"{layer.ours.max:.1f}",
+                           f"{layer.limit.rms:.2f}", f"{layer.ours.offset:.2f}", f"{layer.limit.offset:.2f}",
+                           f"{layer.ours.max:.1f}",
                            "-" if layer.added is None else f"{layer.added.rms:.2f}",
                            "-" if layer.added_limit is None else f"{layer.added_limit.rms:.2f}",
                            f"{layer.saturated:,}", style=style)
