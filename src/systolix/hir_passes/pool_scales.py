@@ -27,9 +27,9 @@ def paired_scales(layer: ConvLayer, dtype) -> ConvLayer:
         return layer
     first = np.broadcast_to(np.asarray(layer.post_ops[0].values, np.float64).reshape(-1), (C,))
     one, largest = float(dtype.one), float(dtype.max_int)
-    pairs = {key: grid_pair(*key, one, largest) for key in set(zip(taps[:, 0].tolist(), first.tolist()))}
-    weights = np.array([pairs[(w, m)][0] for w, m in zip(taps[:, 0].tolist(), first.tolist())])
-    multipliers = np.array([pairs[(w, m)][1] for w, m in zip(taps[:, 0].tolist(), first.tolist())])
+    keys = list(zip(taps[:, 0].tolist(), first.tolist()))
+    pairs = {key: grid_pair(*key, one, largest) for key in set(keys)}
+    weights, multipliers = (np.array(column) for column in zip(*(pairs[key] for key in keys)))
     diagonal = np.broadcast_to(weights.reshape((C,) + (1,) * (d.ndim - 1)), d.shape).astype(np.float32)
     post = [dataclasses.replace(layer.post_ops[0], values=multipliers.astype(np.float32)), *layer.post_ops[1:]]
     return dataclasses.replace(layer, inputs=[dataclasses.replace(layer.inputs[0], diagonal=diagonal)], post_ops=post)

@@ -250,8 +250,8 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
             alone = _conv_cost(consts, arch, cR, OH, OW, rows_in(cR) * W * sum_gi, w, cres, cpipe, tail,
                                may_overlap and 2 * cR * OW * cg <= acc_room // tile_copies, runs=batch)
             # Fewer images a run than fit can cost less (4 images as 2 + 2 rather than 3 + 1).
-            best = min(range(images, 1, -1), key=lambda k: (shared(k), -k))
-            images = 1 if alone < shared(best) else best
+            cost, best = min((shared(k), -k) for k in range(images, 1, -1))
+            images = 1 if alone < cost else -best
         if images == 1:
             R, ng, resident, pipelined = chosen
             R = _whole_windows(layer, R)
