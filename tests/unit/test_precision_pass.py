@@ -13,8 +13,8 @@ from systolix.arch import get_architecture
 from systolix.compiler.calibration import CalibrationError, calibration_samples
 from systolix.compiler.context import CompileContext
 from systolix.frontend import to_graph
-from systolix.hir_passes.amplify_weights import GAIN_NODE, amplify_weights, channel_gains, undoable_gain
-from systolix.hir_passes.measure_ranges import LayerRange, measure
+from systolix.hir_passes.amplify_weights import GAIN_NODE, amplify_weights, channel_gains, planned_sums, undoable_gain
+from systolix.hir_passes.measure_ranges import TAIL_SAMPLES, LayerRange, extreme_peak, measure
 from systolix.ir import same
 from systolix.ir.evaluate import run_reference
 from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
@@ -33,13 +33,14 @@ def amplified(hir: HirProgram, ranges: dict) -> HirProgram:
     return amplify_weights(dataclasses.replace(hir, ranges=ranges), CTX)
 
 
-def one_layer(weights, bias, post=()) -> HirProgram:
+def one_layer(weights, bias, post=(), size: int = 1) -> HirProgram:
     C_out, C_in = np.shape(weights)
-    x = Activation("x", C_in, 1, 1, 8, order="pixel")
-    y = Activation("y", C_out, 1, 1, 8, order="pixel")
+    x = Activation("x", C_in, size, size, 8, order="pixel")
+    y = Activation("y", C_out, size, size, 8, order="pixel")
     layer = ConvLayer("dense", [ConvInput(x, weights=np.asarray(weights, np.float32)[:, :, None, None])], y,
                       np.asarray(bias, np.float32), (1, 1), post_ops=list(post))
-    return HirProgram("m", 8, [layer], {"x": x}, {"y": y}, {"x": (1, C_in)}, {"y": (1, C_out)})
+    shape = (1, C_in) if size == 1 else (1, C_in, size, size)
+    return HirProgram("m", 8, [layer], {"x": x}, {"y": y}, {"x": shape}, {"y": shape[:1] + (C_out,) + shape[2:]})
 
 
 def test_gains_follow_the_calibrated_sums_with_headroom():
@@ -52,6 +53,58 @@ def test_gains_follow_the_calibrated_sums_with_headroom():
     # A weight of 40 can only double before it nears the limit (64).
     big = one_layer([[40.0, 0.0], [0.01, 0.0]], [0.0, 0.0])
     assert channel_gains(big.layers[0], seen, ARCH.data_type).tolist() == [0, 5]
+
+
+def test_gains_plan_for_the_extreme_value_tail_where_the_samples_give_one():
+    hir = one_layer([[0.1, -0.3], [0.02, 0.01]], [0.05, 0.0], [Relu()], size=4)
+    seen = LayerRange(peak=np.array([1.5, 0.2]), bound=np.array([9.0, 9.0]), observations=5000,
+                      largest=np.array([1.6, 0.2]), tail=np.array([2.2, 0.3]))
+    gains = 2.0 ** channel_gains(hir.layers[0], seen, ARCH.data_type)
+    # channel 0: 128 / 2.2 = 58.2 allows 256 / 5 (a factor with an exact undo); channel 1: its own
+    # tail, no floor from its layer's: 128 / 0.3 = 427, at most 2^8.
+    np.testing.assert_allclose(gains, [256 / 5, 256])
+    # A sample's own sums are never planned past: a tail below the largest seen counts as that.
+    low = dataclasses.replace(seen, tail=np.array([1.0, 0.3]))
+    np.testing.assert_allclose(2.0 ** channel_gains(hir.layers[0], low, ARCH.data_type), [256 / 4, 256])
+    # Without a tail (fewer samples), powers of two under the fixed headrooms.
+    fixed = dataclasses.replace(seen, tail=None)
+    np.testing.assert_allclose(2.0 ** channel_gains(hir.layers[0], fixed, ARCH.data_type), [32, 32])
+
+
+def test_the_extreme_peak_of_normal_maxima_is_near_the_normal_law_s_own_and_past_the_samples():
+    from statistics import NormalDist
+
+    # Each sample's peak: the largest |x| of 1,000 standard normal values. Over 10^6 inputs the
+    # largest is the largest of 10^9 values, about the point where 2 (1 - Phi(x)) = 10^-9.
+    exact = NormalDist().inv_cdf(1 - 0.5e-9)  # 6.11
+    for seed in range(4):
+        peaks = np.abs(np.random.default_rng(seed).standard_normal((64, 1000, 3))).max(axis=1)
+        tail = extreme_peak(peaks, 10**6)
+        # Fitted by moments to 64 peaks; the Gumbel law errs high for normal maxima (the safe side).
+        assert np.all(tail > 0.97 * exact) and np.all(tail < 1.3 * exact), (seed, tail)
+        assert np.all(tail > 1.3 * peaks.max(axis=0))
+
+
+def test_measured_ranges_carry_a_tail_from_enough_samples_and_none_where_the_law_does_not_hold():
+    # Output 0 copies input 0 (normal values); output 1 is a bias of 3 (every sample's peak is 3,
+    # which says nothing of how far its sums may go); output 2 copies input 1, silent on every
+    # other sample (an on-off channel, its peaks far from the law).
+    hir = one_layer([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]], [0.0, 3.0, 0.0], size=2)
+    rng = np.random.default_rng(0)
+    samples = [{"x": np.stack([rng.normal(size=(2, 2)), rng.normal(size=(2, 2)) * (k % 2)]).astype(np.float32)[None]}
+               for k in range(TAIL_SAMPLES)]
+    seen = measure(hir, samples)[0]
+    peaks = np.array([[float(np.max(np.abs(s["x"][0, 0])))] for s in samples])
+    np.testing.assert_allclose(seen.tail[0], extreme_peak(peaks)[0])
+    assert np.isnan(seen.tail[1]) and seen.largest[1] == 3.0 and np.isnan(seen.tail[2])
+    # There the fixed headrooms: 2.5x its own peak, at least 1.5x its layer's, never below the largest.
+    layer_floor = 1.5 * float(seen.peak.max())
+    np.testing.assert_allclose(planned_sums(seen, hir.layers[0]), [
+        max(seen.tail[0], seen.largest[0]), max(7.5, layer_floor), max(2.5 * seen.peak[2], layer_floor)])
+    assert measure(hir, samples[:TAIL_SAMPLES - 1])[0].tail is None  # too few: fixed headrooms
+    # One value a channel per sample (a classifier's logits) is no maximum of many: no tail.
+    dense = one_layer([[1.0, 0.0]], [0.0])
+    assert measure(dense, [{"x": np.float32([[rng.normal(), 1.0]])} for _ in range(TAIL_SAMPLES)])[0].tail is None
 
 
 def test_an_estimated_gain_is_the_largest_factor_with_an_exact_undo():

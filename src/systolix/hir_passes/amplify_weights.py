@@ -15,8 +15,10 @@ downstream changes.
 How large ``k_c`` can be depends on the sums the accumulators reach, which only data tells:
 ``measure_ranges`` runs the IR in float (``systolix.ir.evaluate``) on sample inputs and keeps,
 per layer and output channel, the largest partial or final sum (of 32 samples: see
-``REFERENCE_SAMPLES``); ``amplify_weights`` picks the
-largest ``k_c`` that keeps it a margin below saturation (other inputs may reach further).
+``REFERENCE_SAMPLES``); other inputs reach further, so from at least 16 samples it also fits
+an extreme-value law to each channel's per-sample peaks and extrapolates the largest sum over a
+million inputs (``LayerRange.tail``), and ``amplify_weights`` picks the largest ``k_c`` that
+keeps that below saturation (with fewer samples: fixed headrooms over the peak).
 Without calibration data ``estimate_ranges`` estimates the ranges from the model itself (its
 batch-norm statistics and weights), margins included, and a layer keeps its estimated gain only
 where it removes enough of the layer's output error for its multiply (``gain_payoff``). An
@@ -57,7 +59,8 @@ from systolix.ir.hir import ConvLayer, HirProgram
 from systolix.ir.postops import Scale
 from systolix.numerics import DataType
 
-# Other inputs reach further than the calibration samples did. Sums stay 2.5x below the limit
+# With fewer than ``measure_ranges.TAIL_SAMPLES`` samples (no extreme-value tail), fixed
+# headrooms: other inputs reach further than the calibration samples did. Sums stay 2.5x below the limit
 # of their channel's calibrated peak and 1.5x below their layer's (and k is rounded down): a few
 # samples say little about one channel's tail (on ResNet-20, one logit reached 2.4x its own peak
 # over 32 samples, 2.0x its layer's). Measured on ResNet-20, the MobileNetV2 stack and the MLP,
@@ -76,23 +79,35 @@ GAIN_NODE = "calibrated gain"
 ESTIMATED_LAYER_FLOOR = 0.0
 
 
-def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.ndarray:
-    """``k_c`` per output channel (the factor ``2^k_c``): as large as the calibrated sums and the
-    amplified weights allow, at most the binary point (``2^-bp`` is the type's smallest step);
-    whole for measured ranges, ``log2(2^bp / m)`` for estimated ones (``undoable_gain``)."""
-    top = dtype.binary_point
+def planned_sums(seen: LayerRange, layer: ConvLayer) -> np.ndarray:
+    """Per output channel, the largest |sum| to keep below saturation: an estimated range as it
+    is (its margins included); a measured one's extreme-value tail (``LayerRange.tail``), or with
+    too few samples for it (or where it is NaN) the fixed headrooms; never below any sample's
+    own sums."""
     if seen.estimated:
         expected = np.maximum(seen.peak, float(np.max(seen.peak, initial=0.0)) * ESTIMATED_LAYER_FLOOR)
     else:
         expected = np.maximum(seen.peak * CHANNEL_HEADROOM, float(np.max(seen.peak, initial=0.0)) * LAYER_HEADROOM)
-
-    if not seen.estimated and seen.observations < FEW_OBSERVATIONS and all(inp.weights is None for inp in layer.inputs):
-        # A global pool: one value per sample and channel, with a heavy tail (on ResNet-20 one
-        # channel went 3.4x past the largest of all channels over 16 samples): assume 4x more,
-        # as far as the bound from its few taps and its input's range allows.
-        expected = np.maximum(expected, np.minimum(4 * expected, seen.bound))
+        if seen.observations < FEW_OBSERVATIONS and all(inp.weights is None for inp in layer.inputs):
+            # A global pool: one value per sample and channel, with a heavy tail (on ResNet-20 one
+            # channel went 3.4x past the largest of all channels over 16 samples): assume 4x more,
+            # as far as the bound from its few taps and its input's range allows.
+            expected = np.maximum(expected, np.minimum(4 * expected, seen.bound))
+        if seen.tail is not None:
+            # The tail where the law holds (``measure_ranges``: not NaN), the fixed headrooms elsewhere.
+            expected = np.where(np.isnan(seen.tail), expected, seen.tail)
     if seen.largest is not None:
         expected = np.maximum(expected, seen.largest)  # no calibration sample saturates
+    return expected
+
+
+def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.ndarray:
+    """``k_c`` per output channel (the factor ``2^k_c``): as large as the calibrated sums and the
+    amplified weights allow, at most the binary point (``2^-bp`` is the type's smallest step);
+    ``log2(2^bp / m)`` (``undoable_gain``) for ranges with their margins (estimated, or a
+    measured tail), else whole."""
+    top = dtype.binary_point
+    expected = planned_sums(seen, layer)
     wmax = np.abs(np.asarray(layer.bias, np.float64))
     for inp in layer.inputs:
         w = inp.coefficients
@@ -102,13 +117,14 @@ def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.nda
         for bound, room in ((float(expected[c]), dtype.max_value), (float(wmax[c]), dtype.max_value / 2)):
             if bound > 0:
                 largest[c] = min(largest[c], room / bound)
-    if seen.estimated and not layer.scaling_ops and layer.output.H * layer.output.W > 1:
-        # Estimated ranges carry their margins: any factor up to them, not only powers of two.
-        # Not where each image gives one value a channel (a classifier's logits): their tail is
-        # the heaviest, and on ResNet-20 v2 one image-like input then saturated by 708 LSB.
+    if not layer.scaling_ops and (seen.tail is not None or (seen.estimated and layer.output.H * layer.output.W > 1)):
+        # Measured tails and estimated ranges carry their margins: any factor up to them, not
+        # only powers of two. Estimated ones not where each image gives one value a channel (a
+        # classifier's logits): their tail is the heaviest, and on ResNet-20 v2 one image-like
+        # input then saturated by 708 LSB; a measured tail is that channel's own.
         gains = np.array([undoable_gain(float(g), top) for g in largest])
     else:
-        # Calibrated headrooms were set with gains rounded down to powers of two, which adds 1 to
+        # The fixed calibrated headrooms were set with gains rounded down to powers of two, which adds 1 to
         # 2x more room: any factor up to them saturated more (ResNet-20 v2, 1,000 inputs: 6
         # against 1), and with headrooms widened to keep the same saturation, the error was the
         # same as with powers of two (1.59 against 1.62 LSB RMS).

@@ -40,7 +40,7 @@ import math
 
 import numpy as np
 
-from systolix.hir_passes.amplify_weights import CHANNEL_HEADROOM, LAYER_HEADROOM
+from systolix.hir_passes.amplify_weights import planned_sums
 from systolix.hir_passes.measure_ranges import LayerRange
 from systolix.ir.hir import Activation, ConvLayer, HirProgram, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
 from systolix.ir.postops import AddBroadcast, AddConstant, AddTensor, Clip, MulBroadcast, MulTensor, Relu, Save, Scale, ScalePixels, Slope
@@ -93,16 +93,9 @@ def _homogeneous(op) -> bool:
     return isinstance(op, _HOMOGENEOUS) or op.kind in _HOMOGENEOUS_KINDS
 
 
-def _sum_bound(seen: LayerRange) -> float:
+def _sum_bound(seen: LayerRange, layer: ConvLayer) -> float:
     """The largest |sum| of a layer's accumulators to plan for (amplify_weights' margins)."""
-    peak = np.asarray(seen.peak, np.float64)
-    if seen.estimated:
-        expected = peak
-    else:
-        expected = np.maximum(peak * CHANNEL_HEADROOM, float(np.max(peak, initial=0.0)) * LAYER_HEADROOM)
-    if seen.largest is not None:
-        expected = np.maximum(expected, seen.largest)
-    return float(np.max(expected, initial=0.0))
+    return float(np.max(planned_sums(seen, layer), initial=0.0))
 
 
 def tensor_bounds(hir: HirProgram) -> tuple[dict[int, float], dict[int, float]]:
@@ -128,7 +121,7 @@ def tensor_bounds(hir: HirProgram) -> tuple[dict[int, float], dict[int, float]]:
             if seen is None:
                 put(layer.output, None)
                 continue
-            acc = largest = _sum_bound(seen)
+            acc = largest = _sum_bound(seen, layer)
             for k, op in enumerate(layer.post_ops):
                 if k < layer.scaling_ops:
                     continue  # counted in the accumulator ranges
@@ -328,7 +321,8 @@ def _scaled_range(seen: LayerRange, layer: ConvLayer, e_out: int, e_in: list[int
             v = np.concatenate([np.full(gram.shape[-1] - 1, 2.0 ** e_in[0]), np.ones(1)])
             gram = gram * v[:, None] * v[None, :]
     return dataclasses.replace(seen, peak=seen.peak * s, bound=seen.bound * s, gram=gram,
-                               largest=None if seen.largest is None else seen.largest * s)
+                               largest=None if seen.largest is None else seen.largest * s,
+                               tail=None if seen.tail is None else seen.tail * s)
 
 
 def _scale_op(op, s: float, dtype: DataType):
