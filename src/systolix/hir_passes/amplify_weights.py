@@ -15,9 +15,9 @@ downstream changes.
 How large ``k_c`` can be depends on the sums the accumulators reach, which only data tells:
 ``measure_ranges`` runs the IR in float (``systolix.ir.evaluate``) on sample inputs and keeps,
 per layer and output channel, the largest partial or final sum (of 32 samples: see
-``REFERENCE_SAMPLES``); other inputs reach further, so from at least 16 samples it also fits
-an extreme-value law to each channel's per-sample peaks and extrapolates the largest sum over a
-million inputs (``LayerRange.tail``), and ``amplify_weights`` picks the largest ``k_c`` that
+``REFERENCE_SAMPLES``); other inputs reach further, so from at least 64 samples it also fits
+an extreme-value law to each channel's per-sample peaks and extrapolates the largest sum over
+10^10 inputs (``LayerRange.tail``), and ``amplify_weights`` picks the largest ``k_c`` that
 keeps that below saturation (with fewer samples: fixed headrooms over the peak).
 Without calibration data ``estimate_ranges`` estimates the ranges from the model itself (its
 batch-norm statistics and weights), margins included, and a layer keeps its estimated gain only

@@ -39,8 +39,9 @@ REFERENCE_SAMPLES = 32
 # with it (ResNet-20 v2 x1.26 at 10^6 to x1.43 at 10^10, the MobileNetV2 stack x1.17 to x1.29).
 TAIL_INPUTS = 10**10
 # Fewer samples than this and their peaks say too little of the tail: ``amplify_weights``' fixed
-# headrooms instead.
-TAIL_SAMPLES = 16
+# headrooms instead. Calibrated on 32 image-like samples, ResNet-50 v2 saturated 1 of 100 other
+# image-like inputs on the emulator; on 64, none (``tests/e2e/test_compile_networks.py``).
+TAIL_SAMPLES = 64
 
 
 @dataclass
