@@ -66,8 +66,8 @@ class LayerRange:
     post_slope: np.ndarray | None = None  # estimated ranges: per output channel, the mean squared
     # slope of the post-ops after the sum (how much of the sums' error reaches the output)
     tail: np.ndarray | None = None  # measured ranges of at least TAIL_SAMPLES samples, outputs of
-    # more than one pixel: per output channel, the largest |sum| expected over TAIL_INPUTS inputs (``extreme_peak``); NaN where
-    # every sample's peak was the same, or some sample's was 0
+    # more than one pixel: per output channel, the largest |sum| expected over TAIL_INPUTS inputs
+    # (``extreme_peak``); NaN where every sample's peak was the same, or some sample's was 0
 
 
 def extreme_peak(per_sample: np.ndarray, inputs: int | None = None) -> np.ndarray:
@@ -157,8 +157,8 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
             # sample to sample (a constant such as the bias, added first, larger than every sum),
             # or one silent on some sample: an on-off channel few inputs excite, zero on most and
             # spiking on a few (ResNet-50 v2's global pool had channels whose peak was 0 on most
-            # of 64 samples and 0.06 at most, and a test input took one to 0.69, 9x its tail for 10^6 inputs).
-            # Sums over many channels (near normal, never exactly 0) follow it.
+            # of 64 samples and 0.06 at most, and a test input took one to 0.69, 9x its tail for
+            # 10^6 inputs). Sums over many channels (near normal, never exactly 0) follow it.
             lawful = (stacked.std(axis=0) > 0) & np.all(stacked > 0, axis=0)
             with np.errstate(invalid="ignore"):
                 tail = np.where(lawful, extreme_peak(stacked), np.nan)
