@@ -160,8 +160,7 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
             # of 64 samples and 0.06 at most, and a test input took one to 0.69, 9x its tail for
             # 10^6 inputs). Sums over many channels (near normal, never exactly 0) follow it.
             lawful = (stacked.std(axis=0) > 0) & np.all(stacked > 0, axis=0)
-            with np.errstate(invalid="ignore"):
-                tail = np.where(lawful, extreme_peak(stacked), np.nan)
+            tail = np.where(lawful, extreme_peak(stacked), np.nan)
         ranges[index] = LayerRange(peak, bound, used * layer.output.P, grams.get(index), stacked.max(axis=0),
                                    input_mean=[total / len(samples) for total in sums[index]], tail=tail)
     return ranges
