@@ -158,3 +158,23 @@ def test_a_preactivation_block_without_the_batch_norms_gain_stays_within_the_err
         want = session(model).run(None, feeds)[0]
         got = compiled.run(feeds)["y"]
         assert np.abs(got - want).max() <= output_bounds(model, feeds)["y"]
+
+
+def test_the_other_parts_of_a_split_sum_pass_through_the_post_ops_with_it():
+    """A map reduction in parts (``split_long_reductions``): the last part adds the others' partial
+    sums before its ReLU, so their error goes through the ReLU's slope with its own; a residual
+    added after the ReLU does not."""
+    from systolix.hir_passes.gain_payoff import PART_NODE
+    from systolix.ir.postops import AddTensor
+
+    x, part, res = (Activation(n, 16, 6, 6, 16) for n in ("x", "y part 1", "res"))
+    y = Activation("y", 16, 6, 6, 16)
+    w = np.ones((16, 16, 3, 3), np.float32)
+    last = ConvLayer("conv [16:32]", [ConvInput(x, weights=w)], y, np.zeros(16, np.float32), (3, 3), pads=(1, 1, 1, 1),
+                     post_ops=[AddTensor(part, node=PART_NODE), Relu(), AddTensor(res)])
+    hir = HirProgram("m", 16, [last], {"x": x}, {"y": y}, {"x": (1, 16, 6, 6)}, {"y": (1, 16, 6, 6)})
+    errors = ErrorVariances(hir, ARCH.data_type)
+    errors.tensors[id(part)] = np.full(16, 3.0 * VR)
+    errors.tensors[id(res)] = np.full(16, 5.0 * VR)
+    errors.conv(last, np.full(16, 2.0 * VR), np.full(16, 0.5))
+    np.testing.assert_allclose(errors.of(y), np.full(16, ((2.0 + 3.0) * 0.5 + 5.0) * VR))

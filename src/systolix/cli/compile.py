@@ -155,6 +155,10 @@ def compile_command(
     no_subsample_strided_reads: bool = typer.Option(False, "--no-subsample-strided-reads",
                                                     help="Compute and store every pixel of a tensor that only strided 1x1 "
                                                          "convs read (by default only the pixels they read)."),
+    no_split_maps: bool = typer.Option(False, "--no-split-maps",
+                                       help="Sum every conv's reduction over a map whole (by default a long one is summed "
+                                            "in parts with gains of their own, for less rounding error at a few percent of "
+                                            "its time)."),
     batch: int = typer.Option(None, "--batch", "-b", min=1, max=1024,
                               help="Images one program runs (1 to 1024): each weight tile loaded into the array streams every "
                                    "image (default 1, or the batch the model's inputs fix). The inputs and outputs hold the "
@@ -195,7 +199,7 @@ def compile_command(
                                  pack_inputs=not no_pack_input, pack_width=not no_pack_width, estimate_gains=estimate_gains, schedule=not no_schedule,
                                  batch=batch, fuse_pools=not no_fuse_pools,
                                  fuse_preactivations=fuse_preact, merge_residual_convs=not no_merge_residual_convs,
-                                 subsample_strided_reads=not no_subsample_strided_reads)
+                                 subsample_strided_reads=not no_subsample_strided_reads, split_maps=not no_split_maps)
     path = compiled.save(output)
     if quiet:
         console.print(str(path))

@@ -170,7 +170,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
                   pack_inputs: bool = True, pack_width: bool = True, estimate_gains: bool = True,
                   pipeline: bool = True, schedule: bool = True, batch: int | None = None,
                   fuse_pools: bool = True, fuse_preactivations: bool | None = None, merge_residual_convs: bool = True,
-                  subsample_strided_reads: bool = True) -> CompiledModel | CompiledPartitionedModel:
+                  subsample_strided_reads: bool = True, split_maps: bool = True) -> CompiledModel | CompiledPartitionedModel:
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
     ``.tarch`` path or ``Architecture``).
 
@@ -212,6 +212,10 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     (a pre-activation batch norm and ReLU, a block's last 1x1 conv and residual add) at the pixels
     they read, or save such a tensor subsampled from its producer's tail
     (``systolix.hir_passes.subsample_strided_reads``).
+    ``split_maps``: sum a long reduction over a map in parts, each with its own gains, where the
+    parts' saves and adds cost at most ``MAP_PART_COST`` of its MatMuls
+    (``systolix.hir_passes.split_long_reductions``; ``False``: every map's reduction whole, a few
+    percent faster and less accurate; one-pixel heads are split either way).
     ``batch``: images one program runs (1 to ``systolix.compiler.batch.MAX_BATCH``), each weight
     tile streaming all of them; default 1, or the batch the model's inputs fix (a model exported
     with batch 4 compiles as a batch-4 program). The outputs are bit for bit the batch-1 program's.
@@ -244,7 +248,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
                               pack_inputs=pack_inputs, pack_width=pack_width, estimate_gains=estimate_gains, pipeline=pipeline,
                               schedule=schedule, batch=batch, fuse_pools=fuse_pools,
                               fuse_preactivations=fuse_preactivations, merge_residual_convs=merge_residual_convs,
-                              subsample_strided_reads=subsample_strided_reads)
+                              subsample_strided_reads=subsample_strided_reads, split_maps=split_maps)
 
     ctx = context(fuse_pools)
     unfused_pools = None

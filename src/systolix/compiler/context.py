@@ -60,6 +60,9 @@ class CompileContext:
     subsample_strided_reads: bool = True
     """Compute (or store) a tensor that only strided 1x1 convs read at the pixels they read
     (``systolix.hir_passes.subsample_strided_reads``)."""
+    split_maps: bool = True
+    """Sum a long reduction over a map (a conv of many input channels) in parts, each with its own
+    gains, where its passes cost little (``systolix.hir_passes.split_long_reductions``)."""
     batch: int = 1
     """Images one program runs (``systolix compile --batch``): each weight tile loaded into the
     array streams every image's vectors before the next (``systolix.planning.tiling``)."""

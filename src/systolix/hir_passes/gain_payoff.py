@@ -34,6 +34,9 @@ from systolix.ir.hir import ConvLayer, HirProgram, MaxPoolLayer, PixelMixLayer, 
 from systolix.ir.postops import AddBroadcast, AddConstant, AddTensor, Clip, MulBroadcast, MulTensor, Relu, Scale, ScalePixels, Slope
 from systolix.numerics import DataType
 
+# The node of the accumulator adds that sum a reduction's parts (``split_long_reductions``).
+PART_NODE = "sum of parts"
+
 # A gain is kept where it removes at least this share of its layer's output error variance (tuned
 # on ResNet-20 v2, the MobileNetV2 stack and the MLP; see the README's "Where error enters").
 PAYOFF = 0.1
@@ -113,10 +116,15 @@ class ErrorVariances:
         for op in layer.post_ops[:layer.scaling_ops]:
             if isinstance(op, Scale):
                 var = var * np.square(np.asarray(op.values, np.float64)) + rounding
+        # The other parts of a reduction split in parts (``split_long_reductions``) are part of
+        # the sum: through the post-ops' slope with it.
+        parts = [op for op in layer.post_ops[layer.scaling_ops:] if isinstance(op, AddTensor) and op.node == PART_NODE]
+        for op in parts:
+            var = var + self.of(op.operand)
         var = var * (1.0 if slope is None else slope)
         for op in layer.post_ops[layer.scaling_ops:]:
-            if isinstance(op, (Relu, Clip, AddConstant)):
-                continue  # exact
+            if isinstance(op, (Relu, Clip, AddConstant)) or any(op is p for p in parts):
+                continue  # exact; a part's error counted above
             if isinstance(op, (AddTensor, AddBroadcast, MulTensor, MulBroadcast)):
                 operand = self.of(op.operand)
                 var = var + (operand if operand.shape == var.shape else float(np.mean(operand)))

@@ -12,11 +12,24 @@ inputs (``scripts/agreement.py --model resnet50v2 --arch ultra96v2 --samples 32`
 difference's error fell from 7.2 to 3.8 LSB RMS and the same class from 98.4% to 99.4%.
 
 Every part but the last saves its partial result (at the output's scale, rounded once); the
-last part adds them and then the bias with accumulator ``add`` operations, exact, after undoing
-its own gain and before the layer's own activations (the bias in a part would take some of its
-room for gain). Only layers whose output is one pixel are split: there the extra saves and adds
-are a few vectors beside a large weight load; a conv's partial tensors would cost a save and a
-load of its whole output per part.
+last part adds them with accumulator ``add`` operations, exact, after undoing its own gain and
+before the layer's own activations. A one-pixel layer's bias is added last the same way (in a
+part it would take some of its room for gain); a map's stays in the last part's bias row (added
+apart, it would be one more pass over the map).
+
+Maps are split too (issue 20: long reductions are most of a plain compile's error on YOLOv4-tiny
+and ResNet-50 v2, whose 3x3 convolutions sum 576 to 4,608 products at gains of 4 to 8), but a
+map's parts cost: each saves its partial map and the last adds it back, about two vectors moved
+per output vector a part, against ``K / N`` MatMul vectors per output vector. So a map takes no
+more parts than ``map_parts`` allows (``MAP_PART_COST`` of its MatMul vectors), and only a long
+reduction takes any: on ``ultra96v2`` (16 lanes) a 3x3 conv over 64 channels takes 2, over 256
+channels 5; a 3x3 conv over 32 channels none. On ``ultra96v2``, 64 random normal inputs (16 for
+the two large models), ``benchmarks/bench_accuracy.py``'s plain compiles went from 3.85 to 2.98
+times the format's limit (YOLOv4-tiny), 2.82 to 2.01 (ResNet-50 v2) and 2.03 to 1.84 (the
+untuned VGG), for 4.5%, 4.1% and 1.3% more time on the ultra96-v2 (``systolix bench``). The
+estimate that sizes a plain split
+(``_split_by_estimate``) gives a map's last part the range of its own sum, and the layers after
+it the whole layer's output: a batch norm's statistics describe the whole sum, not a part's.
 
 How long a part: a part of ``K`` products at gain ``G_K`` rounds ``K / G_K^2`` products' worth
 (``1/12 LSB^2`` each) and then once more, undoing its gain. A sum of ``K`` products with weights
@@ -36,6 +49,7 @@ import numpy as np
 
 from systolix.hir_passes.amplify_weights import channel_gains
 from systolix.hir_passes.estimate_ranges import RangeEstimate, one_blas_thread
+from systolix.hir_passes.gain_payoff import PART_NODE
 from systolix.hir_passes.measure_ranges import LayerRange
 from systolix.ir.hir import Activation, ConvLayer, HirProgram
 from systolix.ir.postops import AddConstant, AddTensor
@@ -45,19 +59,21 @@ from systolix.ir.postops import AddConstant, AddTensor
 # (seeds 0-2, ultra96v2) the error was 1.7, 1.25, 1.0-1.05, 1.0-1.3 and 1.3-1.6 LSB RMS in parts
 # of 64, 128, 256, 512 and 1,024 channels, and 1.7-2.3 whole.
 PART_PRODUCTS = 256
-PART_NODE = "sum of parts"
+# A split map's saves and adds may cost up to this share of its MatMul vectors (``map_parts``).
+MAP_PART_COST = 0.06
 
 
-def reduction_parts(layer, N: int, part_channels: int | None = None) -> list[tuple[int, int]] | None:
+def reduction_parts(layer, N: int, part_channels: int | None = None, maps: bool = True) -> list[tuple[int, int]] | None:
     """The ``(first, end)`` input channels of each part of ``layer``, or None to leave it whole:
-    one dense input, a one-pixel output (a 1x1 head, or a dense layer after a flatten: a kernel
-    as large as its input), no scaling of its own, and at least two parts' worth of input channels
-    (``part_channels``, by default ``PART_PRODUCTS`` products' worth, rounded down to whole
-    vectors, at least one)."""
+    one dense input read in place (planar, or one pixel), no scaling of its own, and at least two
+    parts' worth of input channels (``part_channels``, by default ``PART_PRODUCTS`` products'
+    worth, rounded down to whole vectors, at least one). A layer of more than one output pixel
+    takes no more parts than ``map_parts`` allows (none with ``maps=False``): its parts are then
+    longer."""
     if not isinstance(layer, ConvLayer) or len(layer.inputs) != 1 or layer.scaling_ops or layer.phases != 1:
         return None
     (inp,) = layer.inputs
-    if inp.weights is None or layer.output.P != 1:
+    if inp.weights is None:
         return None
     # A part reads its channel groups of the input in place: contiguous in a planar tensor, or at
     # one pixel in any order.
@@ -67,9 +83,25 @@ def reduction_parts(layer, N: int, part_channels: int | None = None) -> list[tup
         part_channels = PART_PRODUCTS // taps(layer)
     per_part = max(1, part_channels // N) * N
     C = inp.act.C
-    if C < 2 * per_part:
+    if layer.output.P != 1:
+        most = map_parts(layer, N) if maps else 1
+        if most < 2:
+            return None
+        per_part = max(per_part, math.ceil(C / most / N) * N)
+        if C <= per_part:
+            return None
+    elif C < 2 * per_part:
         return None
     return [(c0, min(C, c0 + per_part)) for c0 in range(0, C, per_part)]
+
+
+def map_parts(layer: ConvLayer, N: int) -> int:
+    """The most parts a layer of more than one output pixel takes: every part but the last saves
+    its partial map and the last adds it back (about two vectors moved per output vector a part),
+    against ``K / N`` MatMul vectors per output vector for ``K`` products; parts may cost up to
+    ``MAP_PART_COST`` of those."""
+    products = layer.inputs[0].act.C * taps(layer)
+    return 1 + int(MAP_PART_COST * products / (2 * N))
 
 
 def taps(layer: ConvLayer) -> int:
@@ -91,19 +123,20 @@ def split_long_reductions(hir: HirProgram, ctx) -> HirProgram:
     ``estimate_ranges`` to keep (one estimate rather than two: ResNet-50 v2's takes 8 to 11 s)."""
     if not ctx.arch.data_type.is_fixed or not (ctx.samples or ctx.estimate_gains):
         return hir
-    if not any(reduction_parts(layer, hir.N, hir.N) for layer in hir.layers):
+    maps = getattr(ctx, "split_maps", True)
+    if not any(reduction_parts(layer, hir.N, hir.N, maps=maps) for layer in hir.layers):
         return hir
     if not ctx.samples:
         with one_blas_thread():
-            return _split_by_estimate(hir, ctx.arch.data_type)
+            return _split_by_estimate(hir, ctx.arch.data_type, maps)
     layers = []
     for layer in hir.layers:
-        parts = reduction_parts(layer, hir.N)
+        parts = reduction_parts(layer, hir.N, maps=maps)
         layers.extend([layer] if parts is None else _parts(layer, parts, hir.N))
     return dataclasses.replace(hir, layers=layers)
 
 
-def _split_by_estimate(hir: HirProgram, dtype) -> HirProgram:
+def _split_by_estimate(hir: HirProgram, dtype, maps: bool = True) -> HirProgram:
     """A plain compile's split: each layer that may be split is sized from its estimated range
     (``estimate_ranges.RangeEstimate.peek``) and its parts run in the estimate in its place, so the
     program leaves with the ranges of every layer (``HirProgram.ranges``) from one estimate."""
@@ -112,13 +145,20 @@ def _split_by_estimate(hir: HirProgram, dtype) -> HirProgram:
     ranges: dict[int, LayerRange] = {}
     for layer in hir.layers:
         parts = None
-        if reduction_parts(layer, hir.N, hir.N):
+        if reduction_parts(layer, hir.N, hir.N, maps=maps):
             seen = run.peek(len(layers), layer)
-            parts = reduction_parts(layer, hir.N, plain_part_channels(layer, seen, dtype, hir.N))
-        for piece in [layer] if parts is None else _parts(layer, parts, hir.N):
-            seen = run.step(len(layers), piece)
-            if seen is not None:
-                ranges[len(layers)] = seen
+            parts = reduction_parts(layer, hir.N, plain_part_channels(layer, seen, dtype, hir.N), maps=maps)
+        pieces = [layer] if parts is None else _parts(layer, parts, hir.N)
+        for piece in pieces:
+            if piece is pieces[-1] and len(pieces) > 1 and layer.output.P != 1:
+                # The statistics describe the whole sum: the last part's own range is its own
+                # sum's, and the output the layers after it see is the whole layer's.
+                ranges[len(layers)] = run.peek(len(layers), piece)
+                run.step(len(layers), layer)
+            else:
+                seen = run.step(len(layers), piece)
+                if seen is not None:
+                    ranges[len(layers)] = seen
             layers.append(piece)
     return dataclasses.replace(hir, layers=layers, ranges=ranges)
 
@@ -143,7 +183,9 @@ def _parts(layer: ConvLayer, parts: list[tuple[int, int]], N: int) -> list[ConvL
     # The bias is added with the parts, at the output's scale: in a part it would take some of
     # that part's room for gain.
     no_bias = np.zeros_like(layer.bias)
-    bias_values = np.asarray(layer.bias, np.float32).reshape(out.C, out.H, out.W)
+    spatial = out.P != 1
+    if not spatial:
+        bias_values = np.asarray(layer.bias, np.float32).reshape(out.C, out.H, out.W)
     for j, (c0, c1) in enumerate(parts):
         last = j == len(parts) - 1
         # c0 is a multiple of N: the part reads whole vectors of the input, where they are.
@@ -154,7 +196,7 @@ def _parts(layer: ConvLayer, parts: list[tuple[int, int]], N: int) -> list[ConvL
         if last:
             target = out
             post = [AddTensor(p, node=PART_NODE) for p in partials]
-            if np.any(layer.bias):
+            if np.any(layer.bias) and not spatial:
                 post.append(AddConstant(bias_values, node=PART_NODE))
             post += layer.post_ops
         else:
@@ -162,6 +204,6 @@ def _parts(layer: ConvLayer, parts: list[tuple[int, int]], N: int) -> list[ConvL
             partials.append(target)
             post = []
         result.append(dataclasses.replace(
-            layer, name=name, inputs=[dataclasses.replace(inp, act=piece, weights=inp.weights[:, c0:c1])], output=target, bias=no_bias,
+            layer, name=name, inputs=[dataclasses.replace(inp, act=piece, weights=inp.weights[:, c0:c1])], output=target, bias=layer.bias if (spatial and last) else no_bias,
             post_ops=post, ops=list(layer.ops), nodes=list(layer.nodes), macs=macs, statistics=None))
     return result

@@ -17,10 +17,10 @@ import dataclasses
 
 import numpy as np
 
+from systolix.hir_passes.gain_payoff import PART_NODE
 from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
 from systolix.ir.postops import AddTensor
 
-PART_NODE = "sum of parts"
 # A part's band for one output row may take at most this share of local memory: the rest holds
 # its output rows, weights and what other strategies keep there (local variables, constants).
 BAND_SHARE = 0.5
