@@ -310,6 +310,11 @@ def test_a_long_map_reduction_becomes_as_many_parts_as_their_passes_may_cost():
     # A short map reduction's passes would cost more than they may: whole.
     assert reduction_parts(conv_map(32, 16).layers[0], 16) is None  # 288 products: 1 part
     assert reduction_parts(conv_map(72, 16).layers[0], 16) == [(0, 48), (48, 72)]  # 648: 2, in whole vectors
+    # A grouped conv (groups of 16 channels): each output sums its own group whole in any part.
+    grouped = conv_map(256, 32).layers[0]
+    mask = np.kron(np.eye(16, dtype=np.float32), np.ones((2, 16), np.float32))  # 32 outputs x 256 inputs
+    grouped.inputs[0].weights = grouped.inputs[0].weights * mask[:, :, None, None]
+    assert reduction_parts(grouped, 16) is None
 
 
 def test_the_layers_after_a_split_map_see_the_whole_layers_statistics():
