@@ -118,12 +118,14 @@ class ErrorVariances:
                 var = var * np.square(np.asarray(op.values, np.float64)) + rounding
         # The other parts of a reduction split in parts (``split_long_reductions``) are part of
         # the sum: through the post-ops' slope with it.
-        parts = [op for op in layer.post_ops[layer.scaling_ops:] if isinstance(op, AddTensor) and op.node == PART_NODE]
-        for op in parts:
-            var = var + self.of(op.operand)
+        post = layer.post_ops[layer.scaling_ops:]
+        parts = {id(op) for op in post if isinstance(op, AddTensor) and op.node == PART_NODE}
+        for op in post:
+            if id(op) in parts:
+                var = var + self.of(op.operand)
         var = var * (1.0 if slope is None else slope)
-        for op in layer.post_ops[layer.scaling_ops:]:
-            if isinstance(op, (Relu, Clip, AddConstant)) or any(op is p for p in parts):
+        for op in post:
+            if isinstance(op, (Relu, Clip, AddConstant)) or id(op) in parts:
                 continue  # exact; a part's error counted above
             if isinstance(op, (AddTensor, AddBroadcast, MulTensor, MulBroadcast)):
                 operand = self.of(op.operand)

@@ -26,10 +26,10 @@ reduction takes any: on ``ultra96v2`` (16 lanes) a 3x3 conv over 64 channels tak
 channels 5; a 3x3 conv over 32 channels none. On ``ultra96v2``, 64 random normal inputs (16 for
 the two large models), ``benchmarks/bench_accuracy.py``'s plain compiles went from 3.85 to 2.98
 times the format's limit (YOLOv4-tiny), 2.82 to 2.01 (ResNet-50 v2) and 2.03 to 1.84 (the
-untuned VGG), for 4.5%, 4.1% and 1.3% more time on the ultra96-v2 (``systolix bench``). The
-estimate that sizes a plain split
-(``_split_by_estimate``) gives a map's last part the range of its own sum, and the layers after
-it the whole layer's output: a batch norm's statistics describe the whole sum, not a part's.
+untuned VGG), for 4.8%, 4.0% and 1.3% more time on the ultra96-v2 (``systolix bench``). The
+estimate that sizes a plain split (``_split_by_estimate``) gives a map's last part the range of
+its own sum, and the layers after it the whole layer's output: a batch norm's statistics
+describe the whole sum, not a part's.
 
 How long a part: a part of ``K`` products at gain ``G_K`` rounds ``K / G_K^2`` products' worth
 (``1/12 LSB^2`` each) and then once more, undoing its gain. A sum of ``K`` products with weights
@@ -161,7 +161,9 @@ def _split_by_estimate(hir: HirProgram, dtype, maps: bool = True) -> HirProgram:
         for piece in pieces:
             if piece is pieces[-1] and len(pieces) > 1 and layer.output.P != 1:
                 # The statistics describe the whole sum: the last part's own range is its own
-                # sum's, and the output the layers after it see is the whole layer's.
+                # sum's, and the output the layers after it see is the whole layer's. Not for a
+                # one-pixel layer: there the untuned MLP's dense layers with batch norms went from
+                # 1.69 to 1.73 times the limit's error with it (not analysed).
                 ranges[len(layers)] = run.peek(len(layers), piece)
                 run.step(len(layers), layer)
             else:
@@ -189,12 +191,11 @@ def _parts(layer: ConvLayer, parts: list[tuple[int, int]], N: int) -> list[ConvL
     result: list[ConvLayer] = []
     partials: list[Activation] = []
     macs_left = int(layer.macs)
-    # The bias is added with the parts, at the output's scale: in a part it would take some of
-    # that part's room for gain.
+    # A one-pixel layer's bias is added after the parts, at the output's scale (in a part it
+    # would take some of that part's room for gain); a map's stays in the last part's bias row
+    # (added apart, it would be one more pass over the map).
     no_bias = np.zeros_like(layer.bias)
-    spatial = out.P != 1
-    if not spatial:
-        bias_values = np.asarray(layer.bias, np.float32).reshape(out.C, out.H, out.W)
+    bias_apart = out.P == 1 and bool(np.any(layer.bias))
     for j, (c0, c1) in enumerate(parts):
         last = j == len(parts) - 1
         # c0 is a multiple of N: the part reads whole vectors of the input, where they are.
@@ -205,14 +206,15 @@ def _parts(layer: ConvLayer, parts: list[tuple[int, int]], N: int) -> list[ConvL
         if last:
             target = out
             post = [AddTensor(p, node=PART_NODE) for p in partials]
-            if np.any(layer.bias) and not spatial:
-                post.append(AddConstant(bias_values, node=PART_NODE))
+            if bias_apart:
+                post.append(AddConstant(np.asarray(layer.bias, np.float32).reshape(out.C, 1, 1), node=PART_NODE))
             post += layer.post_ops
         else:
             target = Activation(f"{out.name} part {j + 1}", out.C, out.H, out.W, N)
             partials.append(target)
             post = []
         result.append(dataclasses.replace(
-            layer, name=name, inputs=[dataclasses.replace(inp, act=piece, weights=inp.weights[:, c0:c1])], output=target, bias=layer.bias if (spatial and last) else no_bias,
+            layer, name=name, inputs=[dataclasses.replace(inp, act=piece, weights=inp.weights[:, c0:c1])], output=target,
+            bias=layer.bias if last and not bias_apart else no_bias,
             post_ops=post, ops=list(layer.ops), nodes=list(layer.nodes), macs=macs, statistics=None))
     return result
