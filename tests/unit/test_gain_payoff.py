@@ -178,3 +178,33 @@ def test_the_other_parts_of_a_split_sum_pass_through_the_post_ops_with_it():
     errors.tensors[id(res)] = np.full(16, 5.0 * VR)
     errors.conv(last, np.full(16, 2.0 * VR), np.full(16, 0.5))
     np.testing.assert_allclose(errors.of(y), np.full(16, ((2.0 + 3.0) * 0.5 + 5.0) * VR))
+
+
+def test_a_one_pixel_sum_of_parts_rounds_at_its_parts_exponent():
+    """The last part of a one-pixel reduction in parts computes its sum at its parts' exponent
+    (``tensor_exponents``): its own rounding (products, the gain's undo) is ``2^-2e`` of the
+    output's, and the multiply to the output's exponent rounds once at the output's. A map's
+    last part sums at its output's exponent."""
+    from systolix.hir_passes.gain_payoff import PART_NODE
+    from systolix.hir_passes.tensor_exponents import SUM_NODE
+    from systolix.ir.postops import AddTensor
+
+    def last_part(P):
+        x, part, y = Activation("x", 32, 1, P, 16), Activation("y part 1", 8, 1, P, 16), Activation("y", 8, 1, P, 16)
+        w = np.full((8, 32, 1, 1), 0.25, np.float32)
+        layer = ConvLayer("head [32:64]", [ConvInput(x, weights=w)], y, np.zeros(8, np.float32), (1, 1),
+                          post_ops=[AddTensor(part, node=PART_NODE), Scale(np.full(8, 0.25, np.float32), node=SUM_NODE)])
+        hir = HirProgram("m", 16, [layer], {"x": x}, {"y": y}, {}, {}, exponents={"y part 1": 2})
+        return layer, ErrorVariances(hir, ARCH.data_type)
+
+    layer, errors = last_part(1)
+    assert errors.sum_exponent(layer) == 2
+    squares = [np.full(32, 0.5)]
+    at_zero = VR * (1 + 32 + 32 * 0.5)  # the bias, the products, the weights times their inputs
+    np.testing.assert_allclose(errors.own(layer, squares, np.zeros(8)), np.full(8, at_zero / 16))
+    np.testing.assert_allclose(errors.own(layer, squares, np.full(8, 1.0)), np.full(8, (at_zero / 4 + VR) / 16))
+    errors.tensors[id(layer.post_ops[0].operand)] = np.full(8, VR / 16)  # a partial stored at 2^2
+    errors.conv(layer, np.full(8, VR / 16), None)
+    np.testing.assert_allclose(errors.of(layer.output), np.full(8, VR / 16 + VR / 16 + VR))  # + the multiply's
+    layer, errors = last_part(4)
+    assert errors.sum_exponent(layer) == 0

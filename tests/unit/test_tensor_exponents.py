@@ -5,18 +5,21 @@ and on the emulator that a model with small activations loses less to rounding w
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import systolix.hir_passes.tensor_exponents as te
 from systolix.arch import get_architecture
 from systolix.compiler.context import CompileContext
-from systolix.hir_passes.measure_ranges import LayerRange
+from systolix.hir_passes.measure_ranges import LayerRange, measure
+from systolix.hir_passes.split_long_reductions import split_long_reductions
 from systolix.hir_passes.tensor_exponents import tensor_exponents
 from systolix.ir import same
 from systolix.ir.evaluate import evaluate, run_reference
 from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram, MaxPoolLayer
-from systolix.ir.postops import AddTensor, Clip, Relu
+from systolix.ir.postops import PART_NODE, AddConstant, AddTensor, Clip, Relu, Scale
 
 ARCH = get_architecture("ultra96v2")  # 16x16, FP16BP8
 CTX = CompileContext(ARCH)
@@ -159,3 +162,86 @@ def test_small_activations_lose_less_with_exponents_on_the_emulator(how, monkeyp
     for i, x in enumerate(test["x"]):
         bound = output_bounds(model, {"x": x})["y"]
         assert np.max(np.abs(errors["with"][i])) <= bound
+
+
+def _parts(seed: int = 3):
+    """A dense layer over 384 channels in three parts of 128 (``split_long_reductions``): the first two
+    save partial sums, the last adds them, the bias and a ReLU; ranges as calibration would give
+    them, with the whole sum's (``LayerRange.whole``) on the last part."""
+    rng = np.random.default_rng(seed)
+    x, y = Activation("x", 384, 1, 1, 16, order="pixel"), Activation("y", 4, 1, 1, 16, order="pixel")
+    whole = ConvLayer("head", [ConvInput(x, weights=rng.normal(0, 0.02, (4, 384, 1, 1)).astype(np.float32))], y,
+                      rng.normal(0, 0.5, 4).astype(np.float32), (1, 1), post_ops=[Relu(node="r")])
+    one = HirProgram("m", 16, [whole], {"x": x}, {"y": y}, {"x": (1, 384)}, {"y": (1, 4)})
+    split = split_long_reductions(one, CompileContext(ARCH, samples=[{}]))
+    part = LayerRange(np.full(4, 1.0), np.full(4, 9.0), 5000)
+    ranges = {0: part, 1: part, 2: dataclasses.replace(part, whole=LayerRange(np.full(4, 1.5), np.full(4, 9.0), 5000))}
+    return dataclasses.replace(split, ranges=ranges)
+
+
+def test_a_reductions_parts_are_summed_at_the_exponent_the_whole_sum_allows():
+    before = _parts()
+    after = tensor_exponents(before, CTX)
+    # Parts' sums of 1 (x 2.5 headroom, measured ranges) and the whole sum's 1.5 (3.75): the
+    # partial tensors, read only by the last part's adds, take 2^5 (3.75 x 32 = 120 < 128); the
+    # output is the program's, at 0. The last part computes at 2^5 too and a multiply by 2^-5
+    # follows its adds, before the ReLU.
+    e = 5
+    first, second, last = before.layers
+    partials = [first.output, second.output]
+    scaled = lambda layer: [ConvInput(inp.act, weights=inp.weights * 2.0 ** e) for inp in layer.inputs]  # noqa: E731
+    expected_layers = [
+        dataclasses.replace(first, inputs=scaled(first), bias=first.bias * 2.0 ** e),
+        dataclasses.replace(second, inputs=scaled(second), bias=second.bias * 2.0 ** e),
+        dataclasses.replace(last, inputs=scaled(last), bias=last.bias * 2.0 ** e, post_ops=[
+            AddTensor(partials[0], node=PART_NODE), AddTensor(partials[1], node=PART_NODE),
+            AddConstant(last.post_ops[2].values * 2.0 ** e, node=PART_NODE),
+            Scale(np.full(4, 2.0 ** -e, np.float32), node=te.SUM_NODE), Relu(node="r")]),
+    ]
+    expected = dataclasses.replace(before, layers=expected_layers, ranges={}, exponents={p.name: e for p in partials})
+    assert same(dataclasses.replace(after, ranges={}), expected), after.text()
+    assert after.ranges[2].whole.peak[0] == 1.5 * 2 ** e  # the ranges follow the sums
+    # The same function; every partial and sum in range.
+    feeds = {"x": np.random.default_rng(1).normal(size=(1, 384)).astype(np.float32)}
+    assert np.allclose(run_reference(after, feeds)["y"], run_reference(before, feeds)["y"], atol=1e-9)
+    ev = evaluate(after, feeds)
+    assert all(np.max(np.abs(ev.read(p))) < ARCH.data_type.max_value for p in partials)
+    assert np.max(ev.sum_max[2]) < ARCH.data_type.max_value
+
+
+def test_without_the_whole_sums_range_the_parts_sum_at_their_added_ranges():
+    """No ``LayerRange.whole`` (a plain estimate of a wide-input split): the sum of parts is
+    bounded by its operands' ranges added (interval arithmetic): 2.5 x 3 and the bias, over 8: 2^3."""
+    before = _parts()
+    before.ranges[2] = dataclasses.replace(before.ranges[2], whole=None)
+    after = tensor_exponents(before, CTX)
+    assert 8 < 7.5 + np.max(np.abs(before.layers[2].post_ops[2].values)) < 16
+    assert after.exponents == {before.layers[0].output.name: 3, before.layers[1].output.name: 3}
+    assert after.layers[2].post_ops[3].values[0] == 2.0 ** -3
+
+
+def test_calibration_measures_the_whole_sum_where_the_parts_are_summed():
+    """``measure_ranges.measure``: the last part's ``whole`` is the largest |value| its
+    accumulators hold from its own sum to the last add (its own part, then the others and the
+    bias added one by one: NumPy's), its ``largest`` its own part's."""
+    split = dataclasses.replace(_parts(), ranges={})
+    rng = np.random.default_rng(4)
+    samples = [{"x": rng.normal(size=(1, 384)).astype(np.float32)} for _ in range(8)]
+    ranges = measure(split, samples)
+    bias = split.layers[2].post_ops[2].values.reshape(-1).astype(np.float64)
+
+    def stages(x):
+        part = [layer.inputs[0].weights[:, :, 0, 0].astype(np.float64) @ x[128 * j:128 * (j + 1)].astype(np.float64)
+                for j, layer in enumerate(split.layers)]
+        own = part[2]
+        return own, [own, own + part[0], own + part[0] + part[1], own + part[0] + part[1] + bias]
+
+    # Its own: the largest running sum as the array adds each vector of 16 input channels.
+    w_last = split.layers[2].inputs[0].weights[:, :, 0, 0].astype(np.float64)
+    own = np.stack([np.abs(np.cumsum(np.stack([w_last[:, c:c + 16] @ s["x"][0, 256 + c:272 + c].astype(np.float64)
+                                                for c in range(0, 128, 16)]), axis=0)).max(axis=0) for s in samples]).max(axis=0)
+    summed = np.stack([np.abs(np.stack(stages(s["x"][0])[1])).max(axis=0) for s in samples]).max(axis=0)
+    assert ranges[0].whole is None and ranges[1].whole is None
+    np.testing.assert_allclose(ranges[2].whole.largest, summed, rtol=1e-6)
+    np.testing.assert_allclose(ranges[2].largest, own, rtol=1e-6)
+    assert np.all(summed > own * 1.01)  # what the other parts added

@@ -31,11 +31,9 @@ from __future__ import annotations
 import numpy as np
 
 from systolix.ir.hir import ConvLayer, HirProgram, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
-from systolix.ir.postops import AddBroadcast, AddConstant, AddTensor, Clip, MulBroadcast, MulTensor, Relu, Scale, ScalePixels, Slope
+from systolix.ir.postops import (PART_NODE, AddBroadcast, AddConstant, AddTensor, Clip, MulBroadcast, MulTensor, Relu, Scale,
+                                 ScalePixels, Slope)
 from systolix.numerics import DataType
-
-# The node of the accumulator adds that sum a reduction's parts (``split_long_reductions``).
-PART_NODE = "sum of parts"
 
 # A gain is kept where it removes at least this share of its layer's output error variance (tuned
 # on ResNet-20 v2, the MobileNetV2 stack and the MLP; see the README's "Where error enters").
@@ -55,6 +53,12 @@ class ErrorVariances:
 
     def exponent(self, act) -> int:
         return self.hir.exponents.get(act.root()[0].name, 0)
+
+    def sum_exponent(self, layer: ConvLayer) -> int:
+        """The exponent ``layer``'s sums are computed at: its parts' (the last part of a split
+        reduction, ``tensor_exponents``), else its output's."""
+        parts = part_adds(layer)
+        return self.exponent(parts[0].operand if parts else layer.output)
 
     def _rounding(self, act) -> float:
         """One rounding of ``act``'s stored values, in its real scale."""
@@ -79,7 +83,7 @@ class ErrorVariances:
     def inherited(self, layer: ConvLayer) -> np.ndarray:
         """Per output channel, the variance its inputs' errors carry through the weights (real scale
         of the output)."""
-        e_out = self.exponent(layer.output)
+        e_out = self.sum_exponent(layer)  # the stored weights' scale
         total = np.zeros(layer.output.C)
         for inp in layer.inputs:
             w = inp.coefficients.astype(np.float64)
@@ -94,7 +98,7 @@ class ErrorVariances:
     def own(self, layer: ConvLayer, mean_squares: list[np.ndarray], gains) -> np.ndarray:
         """Per output channel, the variance the layer's own rounding adds at gains ``2^gains``
         (bias, products, weights times their inputs, the undo), real scale of the output."""
-        e_out = self.exponent(layer.output)
+        e_out = self.sum_exponent(layer)  # where the sums are, and the undo rounds
         terms = np.ones(layer.output.C)  # the bias
         taps = layer.kernel[0] * layer.kernel[1]
         for inp, ms in zip(layer.inputs, mean_squares):
@@ -153,6 +157,16 @@ class ErrorVariances:
         else:
             reads = [float(np.max(self.of(act), initial=0.0)) for act in layer.reads()]
             self._put(layer.output, np.full(layer.output.C, max(reads, default=0.0) + self._rounding(layer.output)))
+
+
+def part_adds(layer: ConvLayer) -> list[AddTensor]:
+    """The accumulator adds that sum a reduction's other parts into ``layer`` (its last part) at
+    an exponent of their own: one-pixel layers only. A map's parts are summed at its output's
+    exponent: the multiply between the two would cost a SIMD operation per output vector, for
+    little (a map's few parts' roundings are small beside its products')."""
+    if layer.output.P != 1:
+        return []
+    return [op for op in layer.post_ops if isinstance(op, AddTensor) and op.node == PART_NODE]
 
 
 def pays(inherited: np.ndarray, own_plain: np.ndarray, own_gained: np.ndarray) -> bool:

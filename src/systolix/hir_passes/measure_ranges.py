@@ -68,6 +68,8 @@ class LayerRange:
     tail: np.ndarray | None = None  # measured ranges of at least TAIL_SAMPLES samples, outputs of
     # more than one pixel: per output channel, the largest |sum| expected over TAIL_INPUTS inputs
     # (``extreme_peak``); NaN where every sample's peak was the same, or some sample's was 0
+    whole: "LayerRange | None" = None  # the last part of a split reduction: the range of the
+    # whole sum, its other parts added (``tensor_exponents`` sums the parts at the exponent it allows)
 
 
 def extreme_peak(per_sample: np.ndarray, inputs: int | None = None) -> np.ndarray:
@@ -90,6 +92,7 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
     stored in, also the Gram matrices ``round_weights`` needs, of every layer it would change.
     ``progress(done, total)`` is called after each float run (a second of ResNet-50's each)."""
     peaks: dict[int, list[np.ndarray]] = {}
+    wholes: dict[int, list[np.ndarray]] = {}  # a split reduction's last part: its whole sum's peaks
     inputs: dict[int, list[float]] = {}
     sums: dict[int, list[np.ndarray]] = {}  # per layer, per input, its channels' means summed over samples
     # The Gram matrices of a large model do not all fit in memory at once: as many layers as
@@ -125,6 +128,8 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
 
     for feeds in samples:
         ev = evaluated(feeds)
+        for index, peak in ev.sum_max.items():
+            wholes.setdefault(index, []).append(peak)
         for index, peak in ev.accumulator_max.items():
             peaks.setdefault(index, []).append(peak)
             values = [np.asarray(ev.read(inp.act), np.float64).reshape(inp.act.C, -1) for inp in hir.layers[index].inputs]
@@ -148,22 +153,35 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
         for inp, xmax in zip(layer.inputs, inputs[index]):
             w = inp.coefficients
             bound = bound + np.sum(np.abs(w.reshape(w.shape[0], -1)), axis=1) * xmax
-        tail = None
-        # The law is that of maxima of many values: not for a layer of one value a channel per
-        # sample (a classifier's logits, a global pool), whose image-like inputs' tail is heavier
-        # (ResNet-20 v2's logits went 2.4x past their tail for 10^6 inputs within 1,000 inputs).
-        if len(samples) >= TAIL_SAMPLES and layer.output.P > 1:
-            # No tail (NaN) where the law does not hold: a channel whose peak never moved from
-            # sample to sample (a constant such as the bias, added first, larger than every sum),
-            # or one silent on some sample: an on-off channel few inputs excite, zero on most and
-            # spiking on a few (ResNet-50 v2's global pool had channels whose peak was 0 on most
-            # of 64 samples and 0.06 at most, and a test input took one to 0.69, 9x its tail for
-            # 10^6 inputs). Sums over many channels (near normal, never exactly 0) follow it.
-            lawful = (stacked.std(axis=0) > 0) & np.all(stacked > 0, axis=0)
-            tail = np.where(lawful, extreme_peak(stacked), np.nan)
+        tail = _tail(stacked, layer, len(samples))
+        whole = None
+        if index in wholes:
+            summed = np.stack(wholes[index])
+            # (No bound from the weights: the other parts' inputs are not this layer's.)
+            whole = LayerRange(-np.partition(-summed, rank - 1, axis=0)[rank - 1], np.full_like(bound, np.inf),
+                               used * layer.output.P, largest=summed.max(axis=0), tail=_tail(summed, layer, len(samples)))
         ranges[index] = LayerRange(peak, bound, used * layer.output.P, grams.get(index), stacked.max(axis=0),
-                                   input_mean=[total / len(samples) for total in sums[index]], tail=tail)
+                                   input_mean=[total / len(samples) for total in sums[index]], tail=tail, whole=whole)
     return ranges
+
+
+def _tail(stacked: np.ndarray, layer: ConvLayer, samples: int) -> np.ndarray | None:
+    """Per channel of ``[samples, C]`` per-sample peaks, ``extreme_peak`` where its law holds
+    (NaN elsewhere); None with fewer than ``TAIL_SAMPLES`` samples.
+
+    The law is that of maxima of many values: not for a layer of one value a channel per sample
+    (a classifier's logits, a global pool), whose image-like inputs' tail is heavier (ResNet-20
+    v2's logits went 2.4x past their tail for 10^6 inputs within 1,000 inputs): None there too.
+    No tail (NaN) where the law does not hold: a channel whose peak never moved from sample to
+    sample (a constant such as the bias, added first, larger than every sum), or one silent on
+    some sample: an on-off channel few inputs excite, zero on most and spiking on a few
+    (ResNet-50 v2's global pool had channels whose peak was 0 on most of 64 samples and 0.06 at
+    most, and a test input took one to 0.69, 9x its tail for 10^6 inputs). Sums over many
+    channels (near normal, never exactly 0) follow it."""
+    if samples < TAIL_SAMPLES or layer.output.P <= 1:
+        return None
+    lawful = (stacked.std(axis=0) > 0) & np.all(stacked > 0, axis=0)
+    return np.where(lawful, extreme_peak(stacked), np.nan)
 
 
 def exact(layer: ConvLayer, dtype: DataType) -> bool:

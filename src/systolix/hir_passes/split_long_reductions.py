@@ -11,11 +11,15 @@ factor squared, for one more rounding per part (the multiply that undoes its gai
 inputs (``scripts/agreement.py --model resnet50v2 --arch ultra96v2 --samples 32``) the top-2
 difference's error fell from 7.2 to 3.8 LSB RMS and the same class from 98.4% to 99.4%.
 
-Every part but the last saves its partial result (at the output's scale, rounded once); the
-last part adds them with accumulator ``add`` operations, exact, after undoing its own gain and
-before the layer's own activations. A one-pixel layer's bias is added last the same way (in a
-part it would take some of its room for gain); a map's stays in the last part's bias row (added
-apart, it would be one more pass over the map).
+Every part but the last saves its partial result (rounded once); the last part adds them with
+accumulator ``add`` operations, exact, after undoing its own gain and before the layer's own
+activations. A one-pixel layer's partial results are stored, and summed, at the finest exponent
+the whole sum's range allows (``tensor_exponents``: the parts' own tensors; a multiply then takes
+the sum to the output's exponent), so a part's rounding costs ``1 / G^2`` of one at the
+output's scale; a map's at its output's (that multiply would cost a SIMD operation per output
+vector). A one-pixel layer's bias is added last the same way (in a part it would take some of
+its room for gain); a map's stays in the last part's bias row (added apart, it would be one more
+pass over the map).
 
 Maps are split too (issue 20: long reductions are most of a plain compile's error on YOLOv4-tiny
 and ResNet-50 v2, whose 3x3 convolutions sum 576 to 4,608 products at gains of 4 to 8), but a
@@ -36,8 +40,15 @@ How long a part: a part of ``K`` products at gain ``G_K`` rounds ``K / G_K^2`` p
 of mean zero spreads as ``sqrt(K)``, so a part of ``K`` of the ``C`` takes ``G_K = G sqrt(C / K)``
 (``G`` the whole layer's gain), and the ``C / K`` parts round ``K / G^2 + C / K`` in all, least at
 ``K = G sqrt(C)``: a part as long as its own gain squared. Plain compiles size their parts so, from the whole layer's
-estimated gain (the median of its channels'); calibrated ones keep ``PART_PRODUCTS``, where they
-were measured best.
+estimated gain (the median of its channels'). Calibrated ones sum a one-pixel layer's parts at
+the whole sum's scale, about ``G``, where a part's rounding is ``G^2`` times smaller: ``C / K``
+parts round ``K / G^2 + C / (K G^2)``, least at ``K = sqrt(C)``, but no shorter than
+``MIN_PART_PRODUCTS`` (``measured_part_channels``: a short part's tail is heavier than its
+samples show). On the unit test's 2,048-input head (seeds 0 to 3 and 5, ``ultra96v2``) the error
+was 1.7-2.3 LSB RMS whole, 1.0-1.05 in 8 parts of 256 summed at the output's scale (the rule
+before), 0.63-0.78 in the same 8 parts, 0.55-0.59 in 16 parts of 128 and 0.44-0.72 in 64 parts of
+32 summed at the whole sum's. Estimated ranges are too wide to leave most plain heads that room
+(ResNet-20 v2's logits: an estimated 77 for a real 10), so plain compiles keep their rule.
 """
 
 from __future__ import annotations
@@ -54,11 +65,13 @@ from systolix.hir_passes.measure_ranges import LayerRange
 from systolix.ir.hir import Activation, ConvLayer, HirProgram
 from systolix.ir.postops import AddConstant, AddTensor
 
-# Products per part in calibrated compiles (a 1x1 head's input channels; a part is whole vectors of
-# channels). Smaller parts take more gain but add roundings: on the unit test's 2,048-input head
-# (seeds 0-2, ultra96v2) the error was 1.7, 1.25, 1.0-1.05, 1.0-1.3 and 1.3-1.6 LSB RMS in parts
-# of 64, 128, 256, 512 and 1,024 channels, and 1.7-2.3 whole.
-PART_PRODUCTS = 256
+# The shortest part of a calibrated compile's one-pixel layer, in products. A short sum of a few
+# sparse features has a heavier tail than its samples' peaks show, and a one-pixel layer keeps
+# ``amplify_weights``' fixed headrooms: ResNet-50 v2's head in 64 parts of 32 channels,
+# calibrated on 32 image-like samples, took 13 parts of one of the 100 image-like inputs of
+# ``tests/e2e/test_compile_networks.py`` past their range (up to 1.31x); in 32 parts of 64, one
+# (1.05x); in 16 parts of 128, none (at most 0.81x of it).
+MIN_PART_PRODUCTS = 128
 # A split map's saves and adds may cost up to this share of its MatMul vectors (``map_parts``).
 MAP_PART_COST = 0.06
 
@@ -66,8 +79,8 @@ MAP_PART_COST = 0.06
 def reduction_parts(layer, N: int, part_channels: int | None = None, maps: bool = True) -> list[tuple[int, int]] | None:
     """The ``(first, end)`` input channels of each part of ``layer``, or None to leave it whole:
     one dense input read in place (planar, or one pixel), no scaling of its own, and at least two
-    parts' worth of input channels (``part_channels``, by default ``PART_PRODUCTS`` products'
-    worth, rounded down to whole vectors, at least one). A layer of more than one output pixel
+    parts' worth of input channels (``part_channels``, by default ``measured_part_channels``,
+    rounded down to whole vectors, at least one). A layer of more than one output pixel
     takes no more parts than ``map_parts`` allows (none with ``maps=False``): its parts are then
     longer."""
     if not isinstance(layer, ConvLayer) or len(layer.inputs) != 1 or layer.scaling_ops or layer.phases != 1:
@@ -80,7 +93,7 @@ def reduction_parts(layer, N: int, part_channels: int | None = None, maps: bool 
     if inp.act.P != 1 and inp.act.order != "planar":
         return None
     if part_channels is None:
-        part_channels = PART_PRODUCTS // taps(layer)
+        part_channels = measured_part_channels(layer)
     per_part = max(1, part_channels // N) * N
     C = inp.act.C
     if layer.output.P != 1:
@@ -93,6 +106,16 @@ def reduction_parts(layer, N: int, part_channels: int | None = None, maps: bool 
     elif C < 2 * per_part:
         return None
     return [(c0, min(C, c0 + per_part)) for c0 in range(0, C, per_part)]
+
+
+def measured_part_channels(layer: ConvLayer) -> int:
+    """Input channels a part for a calibrated compile: ``sqrt(C T) / T`` for ``T`` products a
+    channel, at least ``MIN_PART_PRODUCTS`` (and one channel). The parts are summed at the whole
+    sum's scale (``tensor_exponents``), about the whole layer's gain ``G``: a part's rounding
+    there costs ``1 / G^2`` of one at the output's, and the module's note's optimum
+    ``K = G sqrt(C T)`` shrinks by ``G`` to ``sqrt(C T)`` products."""
+    T = taps(layer)
+    return max(1, round(max(math.sqrt(layer.inputs[0].act.C * T), MIN_PART_PRODUCTS) / T))
 
 
 def _dense(weights: np.ndarray) -> bool:
@@ -153,10 +176,10 @@ def _split_by_estimate(hir: HirProgram, dtype, maps: bool = True) -> HirProgram:
     layers: list = []
     ranges: dict[int, LayerRange] = {}
     for layer in hir.layers:
-        parts = None
+        parts = whole = None
         if reduction_parts(layer, hir.N, hir.N, maps=maps):
-            seen = run.peek(len(layers), layer)
-            parts = reduction_parts(layer, hir.N, plain_part_channels(layer, seen, dtype, hir.N), maps=maps)
+            whole = run.peek(len(layers), layer)
+            parts = reduction_parts(layer, hir.N, plain_part_channels(layer, whole, dtype, hir.N), maps=maps)
         pieces = [layer] if parts is None else _parts(layer, parts, hir.N)
         for piece in pieces:
             if piece is pieces[-1] and len(pieces) > 1 and layer.output.P != 1:
@@ -170,6 +193,9 @@ def _split_by_estimate(hir: HirProgram, dtype, maps: bool = True) -> HirProgram:
                 seen = run.step(len(layers), piece)
                 if seen is not None:
                     ranges[len(layers)] = seen
+            if piece is pieces[-1] and len(pieces) > 1:
+                # Where the parts are summed: the whole layer's range (``tensor_exponents``).
+                ranges[len(layers)] = dataclasses.replace(ranges[len(layers)], whole=whole)
             layers.append(piece)
     return dataclasses.replace(hir, layers=layers, ranges=ranges)
 

@@ -26,7 +26,13 @@ layer's gain undo brings its sum back to its output's exponent, not to 0.
 
 Exponents are per root tensor (a Concat's parts share their tensor's), and equal across what must
 agree: the input and output of data movement and max pooling, and a residual add's operands and
-result. The program's inputs and outputs stay at exponent 0 (Tensil's driver and the runtime are
+result. Not a one-pixel layer's parts (``split_long_reductions``): their partial results share an
+exponent of their own, as fine as the whole sum allows (``LayerRange.whole``, the range of the sum
+of every part: the parts' ranges added are far wider), and the last part computes its sum at it,
+adds the others, then multiplies by ``2^(e_out - e_sum)`` (exact; one rounding, the output's) before
+its other operations (``SUM_NODE``). A part's rounding then costs ``2^(-2 e_sum)`` of one at the
+output's exponent: ResNet-20 v2's calibrated head, 2 parts of 128 channels, sums at ``2^2``.
+The program's inputs and outputs stay at exponent 0 (Tensil's driver and the runtime are
 unchanged), as do the operands of multiplications of two tensors. A tensor's range is bounded
 from its producer's accumulator ranges through its operations (interval arithmetic: a residual
 add's bound is the sum of its operands'), so no sum that stays within the ranges saturates.
@@ -41,9 +47,10 @@ import math
 import numpy as np
 
 from systolix.hir_passes.amplify_weights import planned_sums
+from systolix.hir_passes.gain_payoff import part_adds
 from systolix.hir_passes.measure_ranges import LayerRange
 from systolix.ir.hir import Activation, ConvLayer, HirProgram, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
-from systolix.ir.postops import AddBroadcast, AddConstant, AddTensor, Clip, MulBroadcast, MulTensor, Relu, Save, Scale, ScalePixels, Slope
+from systolix.ir.postops import PART_NODE, AddBroadcast, AddConstant, AddTensor, Clip, MulBroadcast, MulTensor, Relu, Save, Scale, ScalePixels, Slope
 from systolix.numerics import DataType
 
 # A tensor's range (measured: of the samples' peaks with amplify_weights' headrooms; estimated:
@@ -62,6 +69,9 @@ GPTQ_FACTOR = 0.25
 # than others), and on ResNet-20 v2 exponents estimated to save 15 to 45% (of unit-scale
 # tensors) cost 10% of its logits' accuracy (1.60 -> 1.77 LSB RMS, 32 inputs).
 REQUIRED_GAIN = 0.5
+
+# The node of the multiply that brings a split reduction's sum of parts to its output's exponent.
+SUM_NODE = "sum of parts to the output's exponent"
 
 # Accumulator operations that commute with a positive scale (constants aside, scaled below).
 _HOMOGENEOUS = (Relu, Scale, ScalePixels, Slope, Clip, AddConstant, AddTensor, AddBroadcast, MulTensor, MulBroadcast, Save)
@@ -87,6 +97,13 @@ class _Groups:
 
 def _root(act: Activation) -> int:
     return id(act.root()[0])
+
+
+def sum_root(layer: ConvLayer) -> int:
+    """The root tensor whose exponent ``layer``'s sums are computed at: its parts' (the last part
+    of a split reduction), else its output's."""
+    parts = part_adds(layer)
+    return _root(parts[0].operand) if parts else _root(layer.output)
 
 
 def _homogeneous(op) -> bool:
@@ -122,6 +139,10 @@ def tensor_bounds(hir: HirProgram) -> tuple[dict[int, float], dict[int, float]]:
                 put(layer.output, None)
                 continue
             acc = largest = _sum_bound(seen, layer)
+            # A split reduction's sum of parts: bounded by the whole sum's range where known (the
+            # parts' own ranges add up to far more than their sum reaches).
+            summed = [k for k, op in enumerate(layer.post_ops) if op.node == PART_NODE] if part_adds(layer) else []
+            whole = None if not summed or seen.whole is None else _sum_bound(seen.whole, layer)
             for k, op in enumerate(layer.post_ops):
                 if k < layer.scaling_ops:
                     continue  # counted in the accumulator ranges
@@ -142,6 +163,8 @@ def tensor_bounds(hir: HirProgram) -> tuple[dict[int, float], dict[int, float]]:
                     acc = acc * b if b is not None else math.inf
                 elif not isinstance(op, Save):  # a copy of the tile leaves it as it is
                     acc = math.inf  # unknown: the output stays at exponent 0
+                if whole is not None and k in summed:
+                    acc = min(acc, whole)  # a sum of some of the parts: about as wide as all
                 largest = max(largest, acc)
                 if op.written is not None:
                     put(op.written, acc)
@@ -172,8 +195,14 @@ def choose_exponents(hir: HirProgram, dtype: DataType) -> dict[int, int]:
         for layer in hir.layers:
             if not isinstance(layer, ConvLayer):
                 continue
-            out = _root(layer.output)
+            out = sum_root(layer)  # the scale its weights compute at
             e_out = exponents.get(out, 0)
+            stored = _root(layer.output)
+            if exponents.get(stored, 0) > e_out:
+                # Parts summed at a coarser exponent than the output's: the output no finer (the
+                # multiply between them then only shrinks).
+                limits[stored] = min(limits.get(stored, math.inf), e_out)
+                changed = True
             for inp in layer.inputs:
                 wmax = float(np.max(np.abs(inp.coefficients), initial=0.0))
                 if wmax <= 0:
@@ -211,17 +240,24 @@ def _exponents(hir: HirProgram, dtype: DataType, tensors: dict[int, float], accu
         else:
             cap(out, exponent_for(tensors[out]))
         if isinstance(layer, ConvLayer):
+            # A split reduction's parts are summed at an exponent of their own (the parts'
+            # tensors' group), as fine as the whole sum's range allows, then scaled to the output's.
+            parts = {id(op) for op in part_adds(layer)}
+            summed = sum_root(layer)
             if index in accumulators:
                 cap(out, exponent_for(accumulators[index]))
+                cap(summed, exponent_for(accumulators[index]))
             else:
                 # Sums of unknown range (an op the bounds do not follow, e.g. a LayerNorm on the
                 # Tandem unit): its weights cannot be rescaled safely, so its inputs stay at 0 too.
-                pinned.add(out)
+                pinned.update((out, summed))
                 pinned.update(_root(inp.act) for inp in layer.inputs)
             for op in layer.post_ops:
                 if not _homogeneous(op):
                     pinned.add(out)
-                if isinstance(op, (AddTensor, AddBroadcast)):
+                if id(op) in parts:
+                    groups.union(_root(op.operand), summed)
+                elif isinstance(op, (AddTensor, AddBroadcast)):
                     groups.union(_root(op.operand), out)
                 elif op.tensor is not None:
                     pinned.add(_root(op.tensor))  # a product's operand: its exponent would add
@@ -251,7 +287,7 @@ def _exponents(hir: HirProgram, dtype: DataType, tensors: dict[int, float], accu
             g = groups.find(_root(inp.act))
             if top.get(g, 0) == 0:
                 continue
-            e_out_top = top.get(groups.find(_root(layer.output)), 0)
+            e_out_top = top.get(groups.find(sum_root(layer)), 0)
             cost = _consumer_cost(hir, index, i, tensors, accumulators, e_out_top, dtype, top[g])
             costs[g] = costs.get(g, 0.0) + cost
         for op in layer.post_ops:
@@ -322,7 +358,8 @@ def _scaled_range(seen: LayerRange, layer: ConvLayer, e_out: int, e_in: list[int
             gram = gram * v[:, None] * v[None, :]
     return dataclasses.replace(seen, peak=seen.peak * s, bound=seen.bound * s, gram=gram,
                                largest=None if seen.largest is None else seen.largest * s,
-                               tail=None if seen.tail is None else seen.tail * s)
+                               tail=None if seen.tail is None else seen.tail * s,
+                               whole=None if seen.whole is None else _scaled_range(seen.whole, layer, e_out, e_in))
 
 
 def _scale_op(op, s: float, dtype: DataType):
@@ -333,6 +370,20 @@ def _scale_op(op, s: float, dtype: DataType):
     if isinstance(op, AddConstant):
         return dataclasses.replace(op, values=(np.asarray(op.values, np.float64) * s).astype(np.float32))
     return op
+
+
+def _scaled_ops(layer: ConvLayer, e_sum: int, e_out: int, dtype: DataType) -> list:
+    """``layer``'s post-ops for sums at exponent ``e_sum`` and an output at ``e_out``: where they
+    differ (the last part of a split reduction), the parts are summed at ``e_sum`` and a multiply
+    by ``2^(e_out - e_sum)`` (exact, one rounding) follows the last of them."""
+    ops = layer.post_ops
+    if e_sum == e_out:
+        return [_scale_op(op, 2.0 ** e_out, dtype) for op in ops]
+    assert part_adds(layer), f"{layer.name}: sums at 2^{e_sum}, output at 2^{e_out}, and no parts"
+    last = max(k for k, op in enumerate(ops) if op.node == PART_NODE)
+    scale = Scale(np.full(layer.output.C, 2.0 ** (e_out - e_sum), np.float32), node=SUM_NODE)
+    return ([_scale_op(op, 2.0 ** e_sum, dtype) for op in ops[:last + 1]] + [scale]
+            + [_scale_op(op, 2.0 ** e_out, dtype) for op in ops[last + 1:]])
 
 
 def tensor_exponents(hir: HirProgram, ctx) -> HirProgram:
@@ -351,21 +402,22 @@ def tensor_exponents(hir: HirProgram, ctx) -> HirProgram:
             layers.append(layer)
             continue
         e_out = exponents.get(_root(layer.output), 0)
+        e_sum = exponents.get(sum_root(layer), 0)  # the scale its sums are computed at
         e_in = [exponents.get(_root(inp.act), 0) for inp in layer.inputs]
-        if not e_out and not any(e_in):
+        if not e_out and not e_sum and not any(e_in):
             layers.append(layer)
             continue
-        inputs = [dataclasses.replace(inp, weights=None if inp.weights is None else (inp.weights * 2.0 ** (e_out - e)).astype(np.float32),
-                                      diagonal=None if inp.diagonal is None else (inp.diagonal * 2.0 ** (e_out - e)).astype(np.float32))
+        inputs = [dataclasses.replace(inp, weights=None if inp.weights is None else (inp.weights * 2.0 ** (e_sum - e)).astype(np.float32),
+                                      diagonal=None if inp.diagonal is None else (inp.diagonal * 2.0 ** (e_sum - e)).astype(np.float32))
                   for inp, e in zip(layer.inputs, e_in)]
-        s = 2.0 ** e_out
+        s = 2.0 ** e_sum
         statistics = None
         if layer.statistics is not None:
             statistics = (layer.statistics[0] * s, layer.statistics[1] * s)
         layers.append(dataclasses.replace(layer, inputs=inputs, bias=(layer.bias * s).astype(np.float32),
-                                          post_ops=[_scale_op(op, s, dtype) for op in layer.post_ops], statistics=statistics))
+                                          post_ops=_scaled_ops(layer, e_sum, e_out, dtype), statistics=statistics))
         if index in ranges:
-            ranges[index] = _scaled_range(ranges[index], layer, e_out, e_in)
+            ranges[index] = _scaled_range(ranges[index], layer, e_sum, e_in)
     names = {}
     for layer in hir.layers:
         root = layer.output.root()[0]

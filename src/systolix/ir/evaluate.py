@@ -20,6 +20,7 @@ import numpy as np
 from systolix.ir.hir import (
     Activation, ConvLayer, HirProgram, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer, TensorMatMulLayer)
 from systolix.ir.layout import canonical_elements
+from systolix.ir.postops import PART_NODE
 
 
 @dataclass
@@ -31,6 +32,9 @@ class Evaluation:
     """layer index -> per output channel, the largest |value| its accumulators hold (with the
     bias, before the accumulator operations; an average pool's also through its own scaling,
     ``ConvLayer.scaling_ops``)"""
+    sum_max: dict[int, np.ndarray] = field(default_factory=dict)
+    """layer index -> per output channel, the largest |value| its accumulators hold once a split
+    reduction's other parts are added (the last part's: ``postops.PART_NODE``)"""
 
     def read(self, act: Activation) -> np.ndarray:
         """``act`` as ``[C, H, W]``."""
@@ -138,6 +142,8 @@ def _phased_conv(ev: Evaluation, layer: ConvLayer, index: int, acc: np.ndarray, 
 
 def _post_ops(ev: Evaluation, layer: ConvLayer, index: int, acc: np.ndarray, peak: np.ndarray) -> np.ndarray:
     out = layer.output
+    parts = [k for k, p in enumerate(layer.post_ops) if p.node == PART_NODE]
+    summed = np.abs(acc.reshape(out.C, -1)).max(axis=1, initial=0.0) if parts else None
     for k, p in enumerate(layer.post_ops):
         acc = p.evaluate(acc, ev.read)
         if p.written is not None:
@@ -145,7 +151,11 @@ def _post_ops(ev: Evaluation, layer: ConvLayer, index: int, acc: np.ndarray, pea
         if k < layer.scaling_ops and acc.size:
             # An average pool's own multiplies run before a gain is undone: they count too.
             peak = np.maximum(peak, np.max(np.abs(acc.reshape(out.C, -1)), axis=1))
+        if parts and k <= parts[-1]:
+            summed = np.maximum(summed, np.abs(acc.reshape(out.C, -1)).max(axis=1, initial=0.0))
     ev.accumulator_max[index] = peak
+    if parts:
+        ev.sum_max[index] = summed
     return acc
 
 
