@@ -25,11 +25,10 @@ import numpy as np
 from systolix.ir.structure import describe_array
 from systolix.isa import SimdOp
 
-
-
 # The node of the accumulator adds that sum a reduction's parts (``split_long_reductions``,
 # ``split_wide_inputs``) into its last part.
 PART_NODE = "sum of parts"
+
 
 @dataclass(eq=False)
 class PostOp:
