@@ -55,10 +55,8 @@ class ErrorVariances:
         return self.hir.exponents.get(act.root()[0].name, 0)
 
     def sum_exponent(self, layer: ConvLayer) -> int:
-        """The exponent ``layer``'s sums are computed at: its parts' (the last part of a split
-        reduction, ``tensor_exponents``), else its output's."""
-        parts = part_adds(layer)
-        return self.exponent(parts[0].operand if parts else layer.output)
+        """The exponent ``layer``'s sums are computed at (``summed_tensor``'s)."""
+        return self.exponent(summed_tensor(layer))
 
     def _rounding(self, act) -> float:
         """One rounding of ``act``'s stored values, in its real scale."""
@@ -167,6 +165,13 @@ def part_adds(layer: ConvLayer) -> list[AddTensor]:
     if layer.output.P != 1:
         return []
     return [op for op in layer.post_ops if isinstance(op, AddTensor) and op.node == PART_NODE]
+
+
+def summed_tensor(layer: ConvLayer):
+    """The tensor whose exponent ``layer``'s sums are computed at (``tensor_exponents``): its
+    parts' (the last part of a split one-pixel reduction), else its output."""
+    parts = part_adds(layer)
+    return parts[0].operand if parts else layer.output
 
 
 def pays(inherited: np.ndarray, own_plain: np.ndarray, own_gained: np.ndarray) -> bool:

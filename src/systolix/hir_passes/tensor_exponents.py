@@ -47,7 +47,7 @@ import math
 import numpy as np
 
 from systolix.hir_passes.amplify_weights import planned_sums
-from systolix.hir_passes.gain_payoff import part_adds
+from systolix.hir_passes.gain_payoff import part_adds, summed_tensor
 from systolix.hir_passes.measure_ranges import LayerRange
 from systolix.ir.hir import Activation, ConvLayer, HirProgram, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
 from systolix.ir.postops import PART_NODE, AddBroadcast, AddConstant, AddTensor, Clip, MulBroadcast, MulTensor, Relu, Save, Scale, ScalePixels, Slope
@@ -100,10 +100,8 @@ def _root(act: Activation) -> int:
 
 
 def sum_root(layer: ConvLayer) -> int:
-    """The root tensor whose exponent ``layer``'s sums are computed at: its parts' (the last part
-    of a split reduction), else its output's."""
-    parts = part_adds(layer)
-    return _root(parts[0].operand) if parts else _root(layer.output)
+    """The root tensor (id) whose exponent ``layer``'s sums are computed at."""
+    return _root(summed_tensor(layer))
 
 
 def _homogeneous(op) -> bool:
