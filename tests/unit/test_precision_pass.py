@@ -13,8 +13,10 @@ from systolix.arch import get_architecture
 from systolix.compiler.calibration import CalibrationError, calibration_samples
 from systolix.compiler.context import CompileContext
 from systolix.frontend import to_graph
-from systolix.hir_passes.amplify_weights import GAIN_NODE, amplify_weights, channel_gains, planned_sums, undoable_gain
-from systolix.hir_passes.measure_ranges import TAIL_SAMPLES, LayerRange, extreme_peak, measure
+from systolix.hir_passes.amplify_weights import (CHANNEL_HEADROOM, FEW_OBSERVATIONS, GAIN_NODE, LAYER_HEADROOM,
+                                                 amplify_weights, channel_gains, planned_sums, undoable_gain)
+from systolix.hir_passes.measure_ranges import TAIL_SAMPLES, LayerRange, extreme_peak, measure, whole_line_average
+from systolix.hir_passes.separate_averages import separate_averages
 from systolix.ir import same
 from systolix.ir.evaluate import run_reference
 from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
@@ -105,6 +107,45 @@ def test_measured_ranges_carry_a_tail_from_enough_samples_and_none_where_the_law
     # One value a channel per sample (a classifier's logits) is no maximum of many: no tail.
     dense = one_layer([[1.0, 0.0]], [0.0])
     assert measure(dense, [{"x": np.float32([[rng.normal(), 1.0]])} for _ in range(TAIL_SAMPLES)])[0].tail is None
+
+
+def test_the_rows_of_a_separated_global_average_get_no_tail_as_the_global_average_gets_none():
+    # Each row's mean follows the image's brightness as the global mean does: the heavy tail the
+    # law misses. A 2x2 average (its window short of the rows) keeps its tail.
+    rng = np.random.default_rng(1)
+    samples = [{"x": (rng.normal(size=(1, 4, 8, 8)) + rng.normal()).astype(np.float32)} for _ in range(TAIL_SAMPLES)]
+    pool = ir_of(make_model([helper.make_node("GlobalAveragePool", ["x"], ["y"], name="gap")],
+                            [("x", [1, 4, 8, 8])], [("y", None)]))
+    rows, columns = separate_averages(pool, CompileContext(ARCH, samples=samples)).layers
+    assert whole_line_average(rows) and whole_line_average(columns)
+    seen = measure(HirProgram(pool.name, pool.N, [rows], pool.inputs, {"r": rows.output}, pool.input_shapes,
+                              {"r": (1, 4, 8, 1)}), samples)[0]
+    assert seen.tail is None and seen.observations < FEW_OBSERVATIONS
+    # So the global pool's rule: 4x the fixed headrooms, as far as the bound allows.
+    fixed = np.maximum(seen.peak * CHANNEL_HEADROOM, float(seen.peak.max()) * LAYER_HEADROOM)
+    np.testing.assert_allclose(planned_sums(seen, rows), np.maximum(np.minimum(4 * fixed, seen.bound), fixed))
+    # The second pass is bounded as the whole average is: by the map's largest value, which a
+    # row's mean may reach, not by the samples' largest row mean.
+    separated = separate_averages(pool, CompileContext(ARCH, samples=samples))
+    ranges = measure(separated, samples)
+    pixel = max(float(np.max(np.abs(s["x"]))) for s in samples)
+    row_mean = max(float(np.max(np.abs(s["x"].mean(axis=3)))) for s in samples)
+    taps = np.abs(columns.inputs[0].coefficients).reshape(4, -1).sum(axis=1)
+    np.testing.assert_allclose(ranges[1].bound, taps * pixel, rtol=1e-6)
+    assert np.all(ranges[1].bound > taps * row_mean * 1.5)
+    # Rows whose sums pass the type's range take a negative gain sized by that headroom too, not
+    # by 1.5x the samples' largest as a pool over a few values of a map is.
+    bright = [{"x": s["x"] + np.float32(30)} for s in samples]
+    rows_seen = measure(dataclasses.replace(separated, layers=[separated.layers[0]], outputs={"r": rows.output},
+                                            output_shapes={"r": (1, 4, 8, 1)}), bright)[0]
+    planned = planned_sums(rows_seen, rows)
+    assert np.all(planned > 1.5 * rows_seen.largest) and np.all(1.5 * rows_seen.largest > 128)
+    gains = channel_gains(rows, rows_seen, ARCH.data_type)
+    np.testing.assert_array_equal(gains, np.floor(np.log2(ARCH.data_type.max_value / planned)))
+    assert np.all(gains < np.floor(np.log2(ARCH.data_type.max_value / (1.5 * rows_seen.largest)))), gains
+    local = ir_of(make_model([helper.make_node("AveragePool", ["x"], ["y"], name="avg", kernel_shape=[2, 2], strides=[2, 2])],
+                             [("x", [1, 4, 8, 8])], [("y", None)]))
+    assert not whole_line_average(local.layers[0]) and measure(local, samples)[0].tail is not None
 
 
 def test_an_estimated_gain_is_the_largest_factor_with_an_exact_undo():
@@ -306,8 +347,15 @@ def test_calibrated_pools_of_large_values_do_not_saturate_on_the_emulator(kind, 
     with warnings.catch_warnings():
         warnings.simplefilter("error", SaturationWarning)
         ours = calibrated.run(test)["y"]
-    (layer,) = calibrated.summary.segments[0].hir.layers  # one pass: averages separate only in plain compiles
-    bound = _pool_error_bound(layer, ref.reshape(5, -1).astype(np.float64))
+    layers = calibrated.summary.segments[0].hir.layers
+    bound = _pool_error_bound(layers[-1], ref.reshape(5, -1).astype(np.float64))
+    if kind == "GlobalAveragePool":
+        # Two passes (``separate_averages``): the rows' error reaches the mean of them at most as it is.
+        rows, _ = layers
+        row_means = np.abs(test["x"].astype(np.float64).mean(axis=3)).reshape(5, -1).max(axis=1, keepdims=True)
+        bound = bound + _pool_error_bound(rows, row_means)
+    else:
+        assert len(layers) == 1
     err = np.abs(ours - ref).reshape(5, -1)
     with capsys.disabled():
         print(f"\n{kind} of means 40-55 on pynqz1: largest error {np.max(np.abs(plain - ref)) * 256:,.0f} LSB plain "

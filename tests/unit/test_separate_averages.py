@@ -1,4 +1,4 @@
-"""A global average in two passes (``separate_averages``, plain compiles) and an average pool's
+"""A global average in two passes (``separate_averages``) and an average pool's
 weight and first multiply chosen together on the grid (``pool_scales``): the IR before and after,
 and the same function in float."""
 
@@ -27,7 +27,7 @@ def _pool(h: int, w: int, c: int = 8):
                             [("x", [1, c, h, w])], [("y", None)]))
 
 
-def test_a_global_average_of_49_values_becomes_rows_then_columns_in_plain_compiles():
+def test_a_global_average_of_49_values_becomes_rows_then_columns():
     before = _pool(7, 7)
     (pool,) = before.layers
     after = separate_averages(before, CompileContext(ARCH, estimate_gains=True))
@@ -43,9 +43,11 @@ def test_a_global_average_of_49_values_becomes_rows_then_columns_in_plain_compil
     x_value = np.random.default_rng(0).normal(size=(1, 8, 7, 7)).astype(np.float32)
     np.testing.assert_allclose(run_reference(after, {"x": x_value})["y"], run_reference(before, {"x": x_value})["y"],
                                rtol=1e-6, atol=1e-7)
-    # Calibrated compiles, compiles without estimated gains and windows of 16 values or fewer: one pass.
-    for ctx in (CompileContext(ARCH, estimate_gains=False), CompileContext(ARCH, samples=[{"x": x_value}])):
-        assert separate_averages(before, ctx) is before
+    # Calibrated compiles too; compiles with neither samples nor estimated gains, and windows of 16
+    # values or fewer: one pass.
+    calibrated = separate_averages(before, CompileContext(ARCH, samples=[{"x": x_value}], estimate_gains=False))
+    assert same(calibrated, after)
+    assert separate_averages(before, CompileContext(ARCH, estimate_gains=False)) is before
     small = _pool(4, 4)
     assert separate_averages(small, CompileContext(ARCH, estimate_gains=True)) is small
 
