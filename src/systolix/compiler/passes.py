@@ -10,8 +10,8 @@
                  split wide inputs,
                  [separate averages, split long reductions, estimate ranges, tensor exponents,
                   amplify weights, correct biases: plain compiles (estimated gains, the default)]
-                 [split long reductions, measure ranges, tensor exponents, amplify weights,
-                  round weights: calibrated compiles], pack inputs, fuse strided pools, fuse preactivations,
+                 [separate averages, split long reductions, measure ranges, tensor exponents,
+                  amplify weights, round weights: calibrated compiles], pack inputs, fuse strided pools, fuse preactivations,
                  pack width--> HIR --place constants--> Plan
     Program --split constants--> Program
     per segment: Plan --allocate memory, tile layers--> Plan --emit--> LIR

@@ -5,7 +5,7 @@ The weights keep the running sum in range (the accumulators then hold 4 to 8x th
 mean past about 16 saturates; calibration lowers the weights further for such data, negative
 gains in ``systolix.hir_passes.amplify``). A window of 2,048 values or more would need weights
 the type cannot hold: the mean is separable, counts included, so it averages along W, then along
-H (``systolix.hir_passes.separate_averages`` does the same for precision in plain compiles).
+H (``systolix.hir_passes.separate_averages`` does the same for precision in compiles with gains).
 """
 
 from __future__ import annotations
