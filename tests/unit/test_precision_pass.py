@@ -118,6 +118,8 @@ def test_the_rows_of_a_separated_global_average_get_no_tail_as_the_global_averag
                             [("x", [1, 4, 8, 8])], [("y", None)]))
     rows, columns = separate_averages(pool, CompileContext(ARCH, samples=samples)).layers
     assert whole_line_average(rows) and whole_line_average(columns)
+    # The same window of weights (a depthwise conv: no scaling of its own) is no average.
+    assert not whole_line_average(dataclasses.replace(rows, scaling_ops=0, post_ops=[]))
     seen = measure(HirProgram(pool.name, pool.N, [rows], pool.inputs, {"r": rows.output}, pool.input_shapes,
                               {"r": (1, 4, 8, 1)}), samples)[0]
     assert seen.tail is None and seen.observations < FEW_OBSERVATIONS

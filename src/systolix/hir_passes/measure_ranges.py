@@ -193,10 +193,11 @@ def _tail(stacked: np.ndarray, layer: ConvLayer, samples: int) -> np.ndarray | N
 
 
 def whole_line_average(layer: ConvLayer) -> bool:
-    """A pool (no weights) whose window spans its input's whole width or height: each value it
-    gives is the mean of a whole row or column of an image (``separate_averages``' first pass of a
-    global average), ruled by the image's brightness as the global mean is."""
-    return (all(inp.weights is None for inp in layer.inputs) and bool(layer.inputs)
+    """An average pool (per-channel taps, its own scaling) whose window spans its input's whole
+    width or height: each value it gives is the mean of a whole row or column of an image
+    (``separate_averages``' first pass of a global average), ruled by the image's brightness as
+    the global mean is. Not a depthwise conv, whose taps are weights."""
+    return (bool(layer.scaling_ops) and bool(layer.inputs) and all(inp.weights is None for inp in layer.inputs)
             and any(layer.kernel[axis] > 1 and layer.kernel[axis] == (inp.act.H, inp.act.W)[axis]
                     for inp in layer.inputs for axis in (0, 1)))
 
