@@ -53,7 +53,7 @@ import math
 import numpy as np
 
 from systolix.hir_passes.gain_payoff import ErrorVariances, pays
-from systolix.hir_passes.measure_ranges import LayerRange, exact, whole_line_average
+from systolix.hir_passes.measure_ranges import LayerRange, average_of_rows, exact
 from systolix.hir_passes.pool_scales import paired_scales
 from systolix.ir.hir import ConvLayer, HirProgram
 from systolix.ir.postops import Scale
@@ -132,7 +132,7 @@ def channel_gains(layer: ConvLayer, seen: LayerRange, dtype: DataType) -> np.nda
         gains = np.clip(np.floor(np.log2(np.maximum(largest, 2.0 ** -top))), 0, top).astype(np.int64)
     # An estimated range carries its margins already; a measured one gets LAYER_HEADROOM.
     reach = seen.peak if seen.estimated else None if seen.largest is None else seen.largest * LAYER_HEADROOM
-    if reach is not None and not seen.estimated and whole_line_average(layer) and layer.output.P > 1:
+    if reach is not None and not seen.estimated and average_of_rows(layer):
         # The rows of a separated global average: the headroom of its global pool (``planned_sums``).
         # A row's mean is nearer its largest value than the global mean is: calibrated on 32
         # image-like samples, ResNet-50 v2's 7-value rows took one of 100 other inputs to 1.05x

@@ -148,8 +148,7 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
     # The mean of a row reaches as far as the row's largest value: a separated global average's
     # second pass is bounded as the whole average is, by the largest value of the map (not by the
     # samples' row means, whose tail is as heavy as the global mean's).
-    row_means = {id(hir.layers[i].output.root()[0]): inputs[i][0] for i in inputs
-                 if whole_line_average(hir.layers[i]) and hir.layers[i].output.P > 1}
+    row_means = {id(hir.layers[i].output.root()[0]): inputs[i][0] for i in inputs if average_of_rows(hir.layers[i])}
     for index, per_sample in peaks.items():
         stacked = np.stack(per_sample)
         peak = -np.partition(-stacked, rank - 1, axis=0)[rank - 1]
@@ -178,7 +177,7 @@ def _tail(stacked: np.ndarray, layer: ConvLayer, samples: int) -> np.ndarray | N
     The law is that of maxima of many values: not for a layer of one value a channel per sample
     (a classifier's logits, a global pool), whose image-like inputs' tail is heavier (ResNet-20
     v2's logits went 2.4x past their tail for 10^6 inputs within 1,000 inputs): None there too,
-    nor for the rows of a separated global average (``whole_line_average``), each the mean of a
+    nor for the rows of a separated global average (``average_of_rows``), each the mean of a
     whole row and as heavy-tailed as the global mean.
     No tail (NaN) where the law does not hold: a channel whose peak never moved from sample to
     sample (a constant such as the bias, added first, larger than every sum), or one silent on
@@ -186,7 +185,7 @@ def _tail(stacked: np.ndarray, layer: ConvLayer, samples: int) -> np.ndarray | N
     (ResNet-50 v2's global pool had channels whose peak was 0 on most of 64 samples and 0.06 at
     most, and a test input took one to 0.69, 9x its tail for 10^6 inputs). Sums over many
     channels (near normal, never exactly 0) follow it."""
-    if samples < TAIL_SAMPLES or layer.output.P <= 1 or whole_line_average(layer):
+    if samples < TAIL_SAMPLES or layer.output.P <= 1 or average_of_rows(layer):
         return None
     lawful = (stacked.std(axis=0) > 0) & np.all(stacked > 0, axis=0)
     return np.where(lawful, extreme_peak(stacked), np.nan)
@@ -200,6 +199,12 @@ def whole_line_average(layer: ConvLayer) -> bool:
     return (bool(layer.scaling_ops) and bool(layer.inputs) and all(inp.weights is None for inp in layer.inputs)
             and any(layer.kernel[axis] > 1 and layer.kernel[axis] == (inp.act.H, inp.act.W)[axis]
                     for inp in layer.inputs for axis in (0, 1)))
+
+
+def average_of_rows(layer: ConvLayer) -> bool:
+    """A ``whole_line_average`` of more than one value a channel: the first pass of a separated
+    global average (the second gives one pixel)."""
+    return layer.output.P > 1 and whole_line_average(layer)
 
 
 def exact(layer: ConvLayer, dtype: DataType) -> bool:

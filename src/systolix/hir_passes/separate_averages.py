@@ -14,7 +14,7 @@ with all of it; the format's limit 0.35).
 Calibrated compiles too, each pass sized as the global average was (``amplify_weights``'
 global-pool rule, fixed headrooms times 4 up to a bound): a row's mean follows the image's
 brightness as the global mean does, so the rows take no extreme-value tail
-(``measure_ranges.whole_line_average``), their negative gains the same headroom, and the second
+(``measure_ranges.average_of_rows``), their negative gains the same headroom, and the second
 pass the whole average's bound, the map's largest value (bounded by the samples' largest row
 mean instead, it took 2 to 3 of ``tests/e2e/test_compile_networks.py``'s 1,000 image-like inputs
 of ResNet-20 v2 past its range, against 1 unseparated; sized at 1.5x the samples' largest, the
