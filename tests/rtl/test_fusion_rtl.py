@@ -25,3 +25,20 @@ def test_fused_layers_on_the_rtl_give_the_emulators_outputs_in_the_predicted_clo
     pools = systolix.compile(onnx_model, "pynqz1", host=False, fuse_preactivations=False)
     plain = systolix.compile(onnx_model, "pynqz1", host=False, fuse_pools=False, fuse_preactivations=False)
     assert simulate_rtl(pools.program, pools.arch).cycles < simulate_rtl(plain.program, plain.arch).cycles
+
+
+def test_a_merged_gain_undo_and_leaky_relu_on_the_rtl_give_the_emulators_outputs_in_the_predicted_clocks():
+    """``merge_post_ops``' tail (the slope at the amplified sum in the register, then the scale
+    written back, ``postops.ScaledSlope``): the same raw outputs on the RTL as on the emulator,
+    in the clocks the rtl timing model predicts."""
+    from tests.onnx_builders import ir_of
+    from tests.unit.test_merge_post_ops import conv_leaky
+
+    onnx_model = conv_leaky(cin=8, cout=12, h=6, w=6, k=1)
+    (layer,) = ir_of(onnx_model, "pynqz1", until="merge post-ops").layers
+    assert [p.kind for p in layer.post_ops] == ["scaled_slope"]
+    model = systolix.compile(onnx_model, "pynqz1", host=False)
+    feeds = {"x": np.random.default_rng(5).normal(0, 1, (1, 8, 6, 6)).astype(np.float32)}
+    emulated, rtl = run_rtl(model, feeds)
+    assert np.array_equal(emulated.raw_outputs["y"], rtl.raw_outputs["y"])
+    assert rtl.result.cycles == [simulate_rtl(model.program, model.arch).cycles]

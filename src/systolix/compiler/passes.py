@@ -12,7 +12,7 @@
                   amplify weights, correct biases: plain compiles (estimated gains, the default)]
                  [separate averages, split long reductions, measure ranges, tensor exponents,
                   amplify weights, round weights: calibrated compiles], pack inputs, fuse strided pools, fuse preactivations,
-                 pack width--> HIR --place constants--> Plan
+                 pack width, merge post-ops--> HIR --place constants--> Plan
     Program --split constants--> Program
     per segment: Plan --allocate memory, tile layers--> Plan --emit--> LIR
                  --bind memories, roll up, schedule--> LIR --encode--> Artifacts
@@ -38,6 +38,7 @@ from systolix.hir_passes.fuse_pools import fold_pads_into_pools, fuse_strided_po
 from systolix.hir_passes.fuse_post_ops import fuse_post_ops
 from systolix.hir_passes.fuse_preactivations import fuse_preactivations
 from systolix.hir_passes.measure_ranges import measure_ranges
+from systolix.hir_passes.merge_post_ops import merge_post_ops
 from systolix.hir_passes.merge_residual_convs import merge_residual_convs
 from systolix.hir_passes.pack_inputs import pack_inputs
 from systolix.hir_passes.pack_width import pack_width
@@ -87,6 +88,7 @@ PASSES = (
     Pass("fuse strided pools", fuse_strided_pools, SEGMENT),
     Pass("fuse preactivations", fuse_preactivations, SEGMENT),
     Pass("pack width", pack_width, SEGMENT),
+    Pass("merge post-ops", merge_post_ops, SEGMENT),
     Pass("place constants", place_constants, SEGMENT),
     Pass("split constants", split_constants, MODEL),
     Pass("allocate memory", allocate_memory, SEGMENT),

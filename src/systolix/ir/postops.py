@@ -463,6 +463,41 @@ class Slope(PostOp):
         return f"slope {describe_array(self.values)}"
 
 
+@dataclass(eq=False)
+class ScaledSlope(PostOp):
+    """``Scale`` then ``Slope`` (a gain's undo, then LeakyReLU or PReLU) in one pass, for positive
+    scales and slopes in ``[0, 1]``: ``max(x, x * slope) * scale`` (a positive scale commutes with
+    the slope). Per vector: the slope into the register, times the vector, the larger of the two
+    kept there, the scale times it written back: 1 + 1 + 1 + 2 accumulator clocks, where the two
+    ops apart take 2 + 4 (``systolix.hir_passes.merge_post_ops``). The slope is taken at the
+    amplified sum, before the scale rounds it, so a negative value is rounded once at the
+    output's scale rather than twice."""
+
+    scale: np.ndarray = None
+    slope: np.ndarray = None
+    kind: ClassVar[str] = "scaled_slope"
+
+    def evaluate(self, acc, read):
+        return np.maximum(acc, acc * _channels(self.slope)) * _channels(self.scale)
+
+    def constants(self, c):
+        return c.per_channel(self.slope), c.per_channel(self.scale)
+
+    def emit(self, t, slot) -> None:
+        e = t.e
+        slope, scale = slot
+        for go in t.groups():
+            s, u = t.channel_constant(slope, go), t.channel_constant(scale, go)
+            for v in t.group_vectors(go):
+                e.simd(SimdOp.MOVE, 0, 0, 1, read=s)
+                e.simd(SimdOp.MULTIPLY, 0, 1, 1, read=v)
+                e.simd(SimdOp.MAX, 0, 1, 1, read=v)
+                e.simd(SimdOp.MULTIPLY, 0, 1, 0, read=u, write=v)
+
+    def text(self) -> str:
+        return f"slope {describe_array(self.slope)}, then multiply {describe_array(self.scale)}"
+
+
 def _per_channel_simd(t, slot, op) -> None:
     """``x op values`` per channel: each group's vector of values into the register, then one
     SIMD instruction a vector of the group (reads and writes it in place)."""

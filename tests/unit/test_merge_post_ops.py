@@ -1,0 +1,108 @@
+"""``merge_post_ops``: a gain's undo followed by a LeakyReLU becomes one ``ScaledSlope``. The pass
+tests build the HIR before and the HIR expected after; the emulator tests compile a conv and
+LeakyReLU and check the merged tail against onnxruntime and its clocks against the two ops apart."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+import systolix
+from systolix.hir_passes import merge_post_ops as M
+from systolix.ir import same
+from systolix.ir.hir import ConvInput, ConvLayer
+from systolix.ir.postops import AddTensor, Relu, Scale, ScaledSlope, Slope
+from systolix.arch import get_board
+from systolix.perf.estimate import estimate
+from systolix.perf.rtl_timing import simulate_rtl
+from tests.error_model import output_bounds
+from tests.onnx_builders import ir_of, make_model
+from tests.unit.test_hir_passes import B, W, acts, program
+
+GAIN_UNDO = np.array([0.25, 0.125, 0.5, 0.0625], np.float32)
+LEAK = np.full(4, 0.1, np.float32)
+
+
+def conv_with(post, scaling_ops=0):
+    x, c, _, y = acts()
+    layer = ConvLayer("conv", [ConvInput(x, weights=W)], y, B, (3, 3), pads=(1, 1, 1, 1), post_ops=list(post),
+                      ops=["Conv", "LeakyRelu"], nodes=["conv", "leaky"], macs=1, scaling_ops=scaling_ops)
+    return program([layer], x, y)
+
+
+def test_a_gain_undo_then_a_leaky_relu_become_one_scaled_slope():
+    before = conv_with([Scale(GAIN_UNDO), Slope(LEAK, node="leaky")])
+    after = conv_with([ScaledSlope(scale=GAIN_UNDO, slope=LEAK, node="leaky")])
+    assert same(M.merge_post_ops(before), after)
+    # The same function in float: max(x, 0.1 x) * u == (u x if u x >= 0 else 0.1 u x) for u > 0.
+    acc = np.random.default_rng(0).normal(0, 10, (4, 3, 3))
+    apart = before.layers[0].post_ops[1].evaluate(before.layers[0].post_ops[0].evaluate(acc, None), None)
+    assert np.allclose(after.layers[0].post_ops[0].evaluate(acc, None), apart)
+
+
+@pytest.mark.parametrize("post", [
+    [Scale(-GAIN_UNDO), Slope(LEAK)],                           # a negative scale does not commute with the slope
+    [Scale(GAIN_UNDO), Slope(np.full(4, 2.0, np.float32))],     # a slope above 1 takes min, not max
+    [Scale(GAIN_UNDO), Relu()],                                 # nothing to merge with
+    [Slope(LEAK), Scale(GAIN_UNDO)],                            # the other order
+], ids=["negative-scale", "steep-slope", "relu", "slope-first"])
+def test_what_does_not_merge_stays(post):
+    before = conv_with(post)
+    assert same(M.merge_post_ops(before), before)
+
+
+def test_an_add_between_the_two_keeps_them_apart_and_scaling_ops_are_left_alone():
+    x, c, _, y = acts()
+    between = conv_with([Scale(GAIN_UNDO), AddTensor(c), Slope(LEAK)])
+    assert same(M.merge_post_ops(between), between)
+    # An average pool's own 1/count (a scaling op) stays the layer's first op; a gain's undo and a
+    # slope after it still merge.
+    pooled = conv_with([Scale(GAIN_UNDO), Slope(LEAK)], scaling_ops=1)
+    assert same(M.merge_post_ops(pooled), pooled)
+    both = conv_with([Scale(GAIN_UNDO), Scale(GAIN_UNDO), Slope(LEAK)], scaling_ops=1)
+    assert same(M.merge_post_ops(both), conv_with([Scale(GAIN_UNDO), ScaledSlope(scale=GAIN_UNDO, slope=LEAK)], scaling_ops=1))
+
+
+def conv_leaky(cin=16, cout=24, h=8, w=8, k=3, seed=0):
+    rng = np.random.default_rng(seed)
+    inits = {"w": rng.normal(0, 0.15, (cout, cin, k, k)).astype(np.float32),
+             "b": rng.normal(0, 0.1, cout).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[k // 2] * 4, kernel_shape=[k, k]),
+             helper.make_node("LeakyRelu", ["c"], ["y"], name="leaky", alpha=0.1)]
+    return make_model(nodes, [("x", [1, cin, h, w])], [("y", None)], inits)
+
+
+def test_a_compiled_conv_and_leaky_relu_merge_their_tail():
+    hir = ir_of(conv_leaky(), "ultra96v2", until="merge post-ops")
+    (layer,) = hir.layers
+    assert [p.kind for p in layer.post_ops] == ["scaled_slope"]
+    assert np.all(layer.post_ops[0].scale < 1)  # an estimated gain above 1, undone
+
+
+def test_the_merged_tail_matches_onnxruntime_in_one_accumulator_clock_less_a_vector(monkeypatch):
+    # A 1x1 conv: one MatMul vector per output vector, so its accumulators bound it.
+    model = conv_leaky(k=1, h=12, w=12)
+    x = np.random.default_rng(1).normal(0, 1, (1, 16, 12, 12)).astype(np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    merged = systolix.compile(model, "ultra96v2", host=False)
+    monkeypatch.setattr(M, "_mergeable", lambda first, second: False)
+    apart = systolix.compile(model, "ultra96v2", host=False)
+    lsb = 2.0 ** -8
+    bound = output_bounds(model, {"x": x})["y"]  # the format's error model, without gains
+    for compiled in (merged, apart):
+        assert float(np.max(np.abs(compiled.run({"x": x})["y"] - ref))) <= bound
+    got_merged, got_apart = merged.run({"x": x})["y"], apart.run({"x": x})["y"]
+    # Where the output is not negative the two round the same product (the slope keeps it).
+    assert np.array_equal(got_merged[ref > lsb], got_apart[ref > lsb])
+    # On Tensil's hardware (its SIMD reads, then writes: two clocks) the tail of each of 12 x 12
+    # pixels x 2 channel groups takes one accumulator clock less (this small layer's DRAM moves
+    # bound it, so its frame gains less); the generated RTL reads and writes in one slot, so
+    # there both tails take four slots a vector and neither is slower.
+    vectors = 12 * 12 * 2
+    board = get_board("ultra96-v2")
+    fused, unfused = estimate(merged.program, board), estimate(apart.program, board)
+    assert vectors <= unfused.unit_busy["acc"] - fused.unit_busy["acc"] <= vectors + 4
+    assert fused.cycles < unfused.cycles
+    assert simulate_rtl(merged.program, merged.arch).cycles <= simulate_rtl(apart.program, apart.arch).cycles
