@@ -54,3 +54,24 @@ def test_a_conv_that_shares_no_tile_runs_its_one_image_plan_image_after_image_on
     (cycles,) = rtl.result.cycles
     assert cycles == simulate_rtl(two.program, two.arch).cycles
     assert cycles <= 2 * simulate_rtl(one.program, one.arch).cycles
+
+
+def test_four_images_sharing_tiles_of_fewer_groups_on_the_rtl_give_the_emulators_outputs():
+    """``systolix.planning.tiling.conv``: where four images' tiles of all output groups do not fit,
+    the batch program shares each weight tile among all four in tiles of fewer groups (here 4 of
+    the 8 a batch-1 tile holds). On the Verilated RTL: the emulator's raw outputs and the batch-1
+    program's, in the clocks the ``rtl`` model predicts, and fewer than four batch-1 runs."""
+    from tests.e2e.test_batch import late_stage_conv
+    from tests.onnx_builders import ir_of
+
+    model = late_stage_conv(cout=64, size=8)
+    plans = [p for p in ir_of(model, "pynqz1", until="tile layers", batch=4).layers if p.layer.startswith("conv")]
+    assert plans and all(p.detail.images == 4 and p.partitions == [(0, 4), (4, 8)] for p in plans)
+    one, four = systolix.compile(model, "pynqz1"), systolix.compile(model, "pynqz1", batch=4)
+    x = np.random.default_rng(8).uniform(-1, 1, (4, 1, 16, 8, 8)).astype(np.float32)
+    rtl = four.run_detailed({"x": x}, batch=True, engine="rtl")
+    assert np.array_equal(rtl.raw_outputs["y"], four.run_detailed({"x": x}, batch=True).raw_outputs["y"])
+    assert np.array_equal(rtl.raw_outputs["y"], one.run_detailed({"x": x}, batch=True).raw_outputs["y"])
+    (cycles,) = rtl.result.cycles
+    assert cycles == simulate_rtl(four.program, four.arch).cycles
+    assert cycles < 4 * simulate_rtl(one.program, one.arch).cycles

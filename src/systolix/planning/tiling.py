@@ -139,6 +139,22 @@ def _acc_tiles(schedule: bool, tile_copies: int, tile: int, acc_room: int) -> in
     return 2 if schedule and tile_copies == 1 and 2 * tile <= acc_room else 1
 
 
+# A tile of one image may give up groups or weight residency so that more images share it only if
+# it streams at most this many weight loads' worth of vectors (``3N + 1`` clocks a block: its
+# load and the array's drain) through each block: one image then spends at least a fifth of the
+# array's time loading weights, four sharing it at most a sixteenth, a gain beyond the cost
+# model's misses. Above it (the untuned DenseNet's 18x18 convs on the 12x12 pynq-z1, 2 images
+# a tile -> 4 in tiles of one group with the weights streamed) the frame took 1.9% longer.
+REGROUP_LOADS = 4
+
+
+def _one_request_a_vector(act) -> bool:
+    """Whether moving a channel group's rows of ``act`` takes a DRAM request a vector: a
+    pixel-major tensor of more than one group (its groups interleave)."""
+    root = act.root()[0]
+    return root.order == "pixel" and root.G > 1
+
+
 def _row_stages(OH: int, R: int, H: int, sh: int, pt: int, KH: int, dh: int) -> list[Stage]:
     """Output rows in stages of ``R``, each with the input rows its taps read."""
     stages = []
@@ -213,17 +229,43 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
 
     images, (R, ng, resident) = 1, fit(1)
     R = _whole_windows(layer, R)
-    # A batch program streams as many images through each weight tile as keep the tile of one
-    # image as it is (the same rows, groups and weight residency): each image then streams
-    # exactly what it would alone, and a weight tile loaded once serves them all. Shrinking the
-    # tile to fit more images would load the weights as often per image, in more, shorter stages
-    # (measured slower: more instructions, less overlap).
+    # A batch program streams as many images through each weight tile as keep the rows of one
+    # image's tile: each image then streams exactly what it would alone, and a weight tile loaded
+    # once serves them all. Shrinking the rows to fit more images would load the weights as often
+    # per image, in more, shorter stages (measured slower: more instructions, less overlap). Fewer
+    # output groups a tile do not where the tile holds the whole map (one stage: each weight block
+    # is loaded once a run), nor do weights streamed where one image kept them resident (a run
+    # streams each weight once): where k images' tiles and bands leave no room otherwise (a late
+    # stage's many weights and small maps), they share with those, if the map is small enough
+    # (``REGROUP_LOADS``) that sharing gains more than the cost model misjudges. With more stages
+    # it misjudges them badly (YOLOv4-tiny's 48x48 convs on the 8x8 arty-a7-35 in tiles of 2 rows
+    # took 1.08 times as long). A diagonal layer keeps its one-image tile exactly (its images
+    # run without the cost comparison below), and so does one moving a pixel-major tensor of
+    # more than one group (a model's output): each vector of it is a DRAM request, which a run of
+    # images exposes and the cost model does not count (YOLOv4-tiny's 255-channel head took 1.22
+    # times as long). ``shares``: per number of images that fit, its groups and the weights'
+    # residency.
+    lowest = Go if any(p.all_groups for p in layer.post_ops) else 1
+    regroup = (R >= OH and R * OW <= REGROUP_LOADS * (3 * N + 1) and not diagonal
+               and not any(_one_request_a_vector(a) for a in [layer.output] + [i.act for i in layer.inputs]))
+
+    def share(k: int) -> tuple[int, bool] | None:
+        for g in (range(ng, lowest - 1, -1) if regroup else (ng,)):
+            if R * OW * g > acc_room // (k + tile_copies - 1):
+                continue
+            for res in ((resident, False) if resident and regroup else (resident,)):
+                extra = (0 if consts_local else total_w) if res else 1 + N
+                if local_need(R, g, k) + extra <= local_avail:
+                    return (-(-Go // -(-Go // g)) if regroup else g), res  # as many tiles, their groups evened out
+        return None
+
+    shares: dict[int, tuple[int, bool]] = {}
+    one = (R, ng, resident)
     if R:
-        for k in range(plan.memory.batch, 1, -1):
-            k_rows, k_groups, k_resident = fit(k)
-            if (_rows_of_whole_windows(layer, k_rows), k_groups, k_resident) == (R, ng, resident):
-                images = k
-                break
+        shares = {k: found for k in range(plan.memory.batch, 1, -1) if (found := share(k)) is not None}
+        if shares:
+            images = max(shares)
+            ng, resident = shares[images]
     # The plan of one image: the tile and the double-buffering chosen by cost. A batch program
     # runs it image after image (``systolix.codegen.conv``), its resident weights and SIMD
     # constants loaded once, unless images sharing the first fit's weight tiles cost less by the
@@ -232,7 +274,7 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
     # (ResNet-20 v2's stage 3 and YOLOv4-tiny's 2x2-pooled convs on the 8x8 arty-a7-35).
     if R and not diagonal:
         may_overlap = schedule and tile_copies == 1
-        chosen = _choose(layer, consts, arch, (R, ng, resident), rows_in, local_need,
+        chosen = _choose(layer, consts, arch, one, rows_in, local_need,
                          acc_room // tile_copies, local_avail,
                          pipeline and not consts_local and region0 == 0, consts_local, may_overlap)
         if images > 1:
@@ -243,15 +285,17 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
 
             def shared(k: int) -> float:
                 """``k`` images a run (the last run the rest), each run one pass of the layer."""
-                return sum(_conv_cost(consts, arch, R, OH, OW, band, w, resident, False, tail, images=n, runs=runs)
+                return sum(_conv_cost(consts, arch, R, OH, OW, band, w, shares[k][1], False, tail, images=n, runs=runs)
                            for n, runs in ((k, batch // k), (batch % k, 1)) if n and runs)
 
             cR, cg, cres, cpipe = chosen
             alone = _conv_cost(consts, arch, cR, OH, OW, rows_in(cR) * W * sum_gi, w, cres, cpipe, tail,
                                may_overlap and 2 * cR * OW * cg <= acc_room // tile_copies, runs=batch)
             # Fewer images a run than fit can cost less (4 images as 2 + 2 rather than 3 + 1).
-            cost, best = min((shared(k), -k) for k in range(images, 1, -1))
+            cost, best = min((shared(k), -k) for k in shares)
             images = 1 if alone < cost else -best
+            if images > 1:
+                ng, resident = shares[images]
         if images == 1:
             R, ng, resident, pipelined = chosen
             R = _whole_windows(layer, R)
