@@ -6,6 +6,7 @@ model predicts; the pool fusions take fewer clocks than the layers they replace.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import systolix
 from systolix.perf.rtl_timing import simulate_rtl
@@ -27,16 +28,18 @@ def test_fused_layers_on_the_rtl_give_the_emulators_outputs_in_the_predicted_clo
     assert simulate_rtl(pools.program, pools.arch).cycles < simulate_rtl(plain.program, plain.arch).cycles
 
 
-def test_a_merged_gain_undo_and_leaky_relu_on_the_rtl_give_the_emulators_outputs_in_the_predicted_clocks():
-    """``merge_post_ops``' tail (the slope at the amplified sum in the register, then the scale
-    written back, ``postops.ScaledSlope``): the same raw outputs on the RTL as on the emulator,
-    in the clocks the rtl timing model predicts."""
+@pytest.mark.parametrize("kind", ["scaled_slope", "scaled_clip"])
+def test_a_merged_gain_undo_and_activation_on_the_rtl_give_the_emulators_outputs_in_the_predicted_clocks(kind):
+    """``merge_post_ops``' tails (the slope, or the clip's bounds, at the amplified sum in the
+    register, then the scale written back: ``postops.ScaledSlope``, ``ScaledClip``): the same raw
+    outputs on the RTL as on the emulator, in the clocks the rtl timing model predicts."""
     from tests.onnx_builders import ir_of
-    from tests.unit.test_merge_post_ops import conv_leaky
+    from tests.unit.test_merge_post_ops import conv_clip, conv_leaky
 
-    onnx_model = conv_leaky(cin=8, cout=12, h=6, w=6, k=1)
+    onnx_model = (conv_leaky(cin=8, cout=12, h=6, w=6, k=1) if kind == "scaled_slope"
+                  else conv_clip(cin=8, cout=12, size=6))
     (layer,) = ir_of(onnx_model, "pynqz1", until="merge post-ops").layers
-    assert [p.kind for p in layer.post_ops] == ["scaled_slope"]
+    assert [p.kind for p in layer.post_ops] == [kind]
     model = systolix.compile(onnx_model, "pynqz1", host=False)
     feeds = {"x": np.random.default_rng(5).normal(0, 1, (1, 8, 6, 6)).astype(np.float32)}
     emulated, rtl = run_rtl(model, feeds)

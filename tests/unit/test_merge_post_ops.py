@@ -13,7 +13,7 @@ import systolix
 from systolix.hir_passes import merge_post_ops as M
 from systolix.ir import same
 from systolix.ir.hir import ConvInput, ConvLayer
-from systolix.ir.postops import AddTensor, Relu, Scale, ScaledSlope, Slope
+from systolix.ir.postops import AddTensor, Clip, Relu, Scale, ScaledClip, ScaledSlope, Slope
 from systolix.arch import get_board
 from systolix.perf.estimate import estimate
 from systolix.perf.rtl_timing import simulate_rtl
@@ -106,3 +106,80 @@ def test_the_merged_tail_matches_onnxruntime_in_one_accumulator_clock_less_a_vec
     assert vectors <= unfused.unit_busy["acc"] - fused.unit_busy["acc"] <= vectors + 4
     assert fused.cycles < unfused.cycles
     assert simulate_rtl(merged.program, merged.arch).cycles <= simulate_rtl(apart.program, apart.arch).cycles
+
+
+def test_a_gain_undo_then_a_clip_becomes_one_scaled_clip_with_bounds_on_the_sums_grid():
+    from types import SimpleNamespace
+
+    from systolix.arch import get_architecture
+
+    ctx = SimpleNamespace(arch=get_architecture("ultra96v2"))
+    before = conv_with([Scale(GAIN_UNDO), Clip(0.0, 6.0, node="relu6")])
+    (op,) = M.merge_post_ops(before, ctx).layers[0].post_ops
+    assert isinstance(op, ScaledClip) and (op.lo, op.hi) == (0.0, 6.0)
+    # Grid points of the amplified sum whose scaled products round onto 0 and 6 (the gains here are
+    # powers of two: products exact before rounding).
+    assert np.array_equal(np.round(op.low * GAIN_UNDO * 256), np.zeros(4))
+    assert np.array_equal(np.round(op.high * GAIN_UNDO * 256), np.full(4, 6 * 256))
+    # Without the data type (no ctx) a clip is left apart.
+    assert same(M.merge_post_ops(before), before)
+
+
+@pytest.mark.parametrize("lo, hi", [(0.0, 6.0), (-1.0, 1.0), (0.0, 0.5), (-128.0, 127.99609375)])
+def test_clip_bounds_give_what_the_two_ops_apart_give_for_every_sum(lo, hi):
+    """Every raw sum of FP16BP8, against a NumPy reference of the two ops apart (the product
+    rounded half to even, then saturated, then clipped to the stored bounds)."""
+    from systolix.numerics import DataType
+
+    dtype = DataType.FP16BP8
+    scales = np.array([1.0, 0.5, 0.3, 0.0898438, 0.01171875, 1 / 256, 0.999], np.float64)
+    bounds = M.clip_bounds(scales, lo, hi, dtype)
+    assert bounds is not None
+    low, high = bounds
+    u = np.floor(scales * 256 + 0.5)[:, None]
+    x = np.arange(-32768, 32768, dtype=np.float64)[None, :]
+    lo_r, hi_r = np.floor(lo * 256 + 0.5), np.floor(hi * 256 + 0.5)
+
+    def scaled(v):
+        return np.clip(np.round(u * v / 256), -32768, 32767)
+
+    apart = np.clip(scaled(x), lo_r, hi_r)
+    merged = scaled(np.clip(x, low[:, None], high[:, None]))
+    assert np.array_equal(merged, apart)
+
+
+def test_a_clip_no_grid_point_rounds_onto_stays_apart():
+    from systolix.numerics import DataType
+
+    # A scale of 3 steps over the upper bound 6 + 1/256 (raw 1,537; its products are multiples of 3).
+    assert M.clip_bounds(np.array([3.0]), 0.0, 6.00390625, DataType.FP16BP8) is None
+
+
+def conv_clip(k=1, cin=16, cout=24, size=12, seed=0):
+    rng = np.random.default_rng(seed)
+    inits = {"w": rng.normal(0, 0.15, (cout, cin, k, k)).astype(np.float32), "b": rng.normal(0, 0.1, cout).astype(np.float32),
+             "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[k // 2] * 4, kernel_shape=[k, k]),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["y"], name="relu6")]
+    return make_model(nodes, [("x", [1, cin, size, size])], [("y", None)], inits)
+
+
+def test_the_merged_clip_gives_the_same_raw_outputs_in_one_accumulator_clock_less_a_vector(monkeypatch):
+    model = conv_clip()
+    (layer,) = ir_of(model, "ultra96v2", until="merge post-ops").layers
+    assert [p.kind for p in layer.post_ops] == ["scaled_clip"]
+    x = np.random.default_rng(3).normal(0, 6, (1, 16, 12, 12)).astype(np.float32)  # many sums past 6
+    merged = systolix.compile(model, "ultra96v2", host=False)
+    monkeypatch.setattr(M, "clip_bounds", lambda *a, **k: None)
+    apart = systolix.compile(model, "ultra96v2", host=False)
+    got = merged.run_detailed({"x": x}).raw_outputs["y"]
+    assert np.array_equal(got, apart.run_detailed({"x": x}).raw_outputs["y"])
+    assert np.count_nonzero(got == 6 * 256) > 100 and np.count_nonzero(got == 0) > 100
+    # (Inputs this large pass the ranges a plain compile expects, so against onnxruntime: normal ones.)
+    x1 = np.random.default_rng(4).normal(0, 1, (1, 16, 12, 12)).astype(np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x1})[0]
+    assert float(np.max(np.abs(merged.run({"x": x1})["y"] - ref))) <= output_bounds(model, {"x": x1})["y"]
+    board = get_board("ultra96-v2")
+    vectors = 12 * 12 * 2
+    saved = estimate(apart.program, board).unit_busy["acc"] - estimate(merged.program, board).unit_busy["acc"]
+    assert vectors <= saved <= vectors + 8
