@@ -30,6 +30,7 @@ import numpy as np
 from systolix.ir.hir import ConvLayer, HirProgram
 from systolix.ir.postops import Clip, Scale, ScaledClip, ScaledSlope, Slope
 from systolix.numerics import DataType
+from systolix.numerics.fixed import to_fixed
 
 
 def _mergeable(first, second) -> bool:
@@ -39,9 +40,8 @@ def _mergeable(first, second) -> bool:
 
 
 def _raw(values, dtype: DataType) -> np.ndarray:
-    """Floats as the constant image stores them: rounded half up, saturated."""
-    raw = np.floor(np.asarray(values, np.float64) * dtype.one + 0.5)
-    return np.clip(raw, dtype.min_int, dtype.max_int).astype(np.int64)
+    """Floats as the constant image stores them (``to_fixed``: float32, rounded half up, saturated)."""
+    return np.asarray(to_fixed(np.atleast_1d(np.asarray(values, np.float64)), dtype), np.int64)
 
 
 def _scaled(u: np.ndarray, x: np.ndarray, dtype: DataType) -> np.ndarray:
@@ -57,7 +57,7 @@ def clip_bounds(scale, lo: float, hi: float, dtype: DataType) -> tuple[np.ndarra
     ``scaled(u, clip(x, low, high)) == clip(scaled(u, x), lo, hi)`` for every raw ``x``; None
     where some channel has none."""
     u = _raw(scale, dtype)
-    lo_r, hi_r = int(_raw(lo, dtype)), int(_raw(hi, dtype))
+    lo_r, hi_r = int(_raw(lo, dtype)[0]), int(_raw(hi, dtype)[0])
     if np.any(u <= 0) or lo_r > hi_r:
         return None
     lowest, highest = np.full(u.shape, dtype.min_int), np.full(u.shape, dtype.max_int)
