@@ -463,6 +463,21 @@ class Slope(PostOp):
         return f"slope {describe_array(self.values)}"
 
 
+def _scaled_in_register(t, slot, steps) -> None:
+    """A merged tail (``ScaledSlope``, ``ScaledClip``), vector by vector: per-channel constant
+    ``slot[0]`` into the register, then each ``(op, k)`` of ``steps`` into the register, its
+    input the vector (``k`` None) or constant ``slot[k]``, then the scale ``slot[-1]`` times the
+    register written back to the vector: the only op that writes the accumulators."""
+    e = t.e
+    for go in t.groups():
+        consts = [t.channel_constant(k, go) for k in slot]
+        for v in t.group_vectors(go):
+            e.simd(SimdOp.MOVE, 0, 0, 1, read=consts[0])
+            for op, k in steps:
+                e.simd(op, 0, 1, 1, read=v if k is None else consts[k])
+            e.simd(SimdOp.MULTIPLY, 0, 1, 0, read=consts[-1], write=v)
+
+
 @dataclass(eq=False)
 class ScaledSlope(PostOp):
     """``Scale`` then ``Slope`` (a gain's undo, then LeakyReLU or PReLU) in one pass, for positive
@@ -484,15 +499,7 @@ class ScaledSlope(PostOp):
         return c.per_channel(self.slope), c.per_channel(self.scale)
 
     def emit(self, t, slot) -> None:
-        e = t.e
-        slope, scale = slot
-        for go in t.groups():
-            s, u = t.channel_constant(slope, go), t.channel_constant(scale, go)
-            for v in t.group_vectors(go):
-                e.simd(SimdOp.MOVE, 0, 0, 1, read=s)
-                e.simd(SimdOp.MULTIPLY, 0, 1, 1, read=v)
-                e.simd(SimdOp.MAX, 0, 1, 1, read=v)
-                e.simd(SimdOp.MULTIPLY, 0, 1, 0, read=u, write=v)
+        _scaled_in_register(t, slot, [(SimdOp.MULTIPLY, None), (SimdOp.MAX, None)])
 
     def text(self) -> str:
         return f"slope {describe_array(self.slope)}, then multiply {describe_array(self.scale)}"
@@ -521,15 +528,7 @@ class ScaledClip(PostOp):
         return c.per_channel(self.low), c.per_channel(self.high), c.per_channel(self.scale)
 
     def emit(self, t, slot) -> None:
-        e = t.e
-        low, high, scale = slot
-        for go in t.groups():
-            lo, hi, u = (t.channel_constant(k, go) for k in (low, high, scale))
-            for v in t.group_vectors(go):
-                e.simd(SimdOp.MOVE, 0, 0, 1, read=lo)
-                e.simd(SimdOp.MAX, 0, 1, 1, read=v)
-                e.simd(SimdOp.MIN, 0, 1, 1, read=hi)
-                e.simd(SimdOp.MULTIPLY, 0, 1, 0, read=u, write=v)
+        _scaled_in_register(t, slot, [(SimdOp.MAX, None), (SimdOp.MIN, 1)])
 
     def text(self) -> str:
         return f"clip {self.lo:g}..{self.hi:g} at the amplified sum, then multiply {describe_array(self.scale)}"
