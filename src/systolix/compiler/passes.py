@@ -39,6 +39,7 @@ from systolix.hir_passes.fuse_post_ops import fuse_post_ops
 from systolix.hir_passes.fuse_preactivations import fuse_preactivations
 from systolix.hir_passes.measure_ranges import measure_ranges
 from systolix.hir_passes.merge_post_ops import merge_post_ops
+from systolix.hir_passes.merge_reduction_parts import merge_reduction_parts
 from systolix.hir_passes.merge_residual_convs import merge_residual_convs
 from systolix.hir_passes.pack_inputs import pack_inputs
 from systolix.hir_passes.pack_width import pack_width
@@ -89,6 +90,7 @@ PASSES = (
     Pass("fuse preactivations", fuse_preactivations, SEGMENT),
     Pass("pack width", pack_width, SEGMENT),
     Pass("merge post-ops", merge_post_ops, SEGMENT),
+    Pass("merge reduction parts", merge_reduction_parts, SEGMENT),
     Pass("place constants", place_constants, SEGMENT),
     Pass("split constants", split_constants, MODEL),
     Pass("allocate memory", allocate_memory, SEGMENT),

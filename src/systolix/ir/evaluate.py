@@ -95,6 +95,24 @@ def taps(x: np.ndarray, OH: int, OW: int, kernel, stride, dilation, pads, fill: 
             yield kh, kw, padded[:, h0:h0 + (OH - 1) * sh + 1:sh, w0:w0 + (OW - 1) * sw + 1:sw]
 
 
+def _own_inputs(layer: ConvLayer) -> list:
+    """The inputs of the layer's own sum (not those of a part summed apart, ``postops.AddPart``)."""
+    parts = layer.part_inputs()
+    return [inp for i, inp in enumerate(layer.inputs) if i not in parts]
+
+
+def conv_sum(inputs, bias, kernel, stride, dilation, pads, OH: int, OW: int, read) -> np.ndarray:
+    """``bias + sum_i conv(inputs[i])`` in float64, ``[C, OH, OW]`` (a part summed apart,
+    ``postops.AddPart``; ``read(act)`` reads a tensor)."""
+    acc = np.repeat(np.asarray(bias, np.float64)[:, None], OH * OW, axis=1)
+    for inp in inputs:
+        x = read(inp.act)
+        for kh, kw, window in taps(x, OH, OW, kernel, stride, dilation, pads, 0.0):
+            window = window.reshape(x.shape[0], -1)
+            acc += inp.weights[:, :, kh, kw].astype(np.float64) @ window
+    return acc.reshape(-1, OH, OW)
+
+
 def _conv(ev: Evaluation, layer: ConvLayer, index: int) -> np.ndarray:
     out = layer.output
     # The bias first, then one tap at a time, as the array accumulates: the peak counts the
@@ -103,7 +121,7 @@ def _conv(ev: Evaluation, layer: ConvLayer, index: int) -> np.ndarray:
     peak = np.abs(acc[:, 0]) if acc.size else np.zeros(out.C)
     if layer.phases > 1:
         return _phased_conv(ev, layer, index, acc, peak)
-    for inp in layer.inputs:
+    for inp in _own_inputs(layer):
         x = ev.read(inp.act)
         for kh, kw, window in taps(x, out.H, out.W, layer.kernel, layer.stride, layer.dilation, layer.pads, 0.0):
             window = window.reshape(x.shape[0], -1)
@@ -126,7 +144,7 @@ def _phased_conv(ev: Evaluation, layer: ConvLayer, index: int, acc: np.ndarray, 
     give output columns i, i + phases, ..., tap by tap as the array accumulates."""
     out, k = layer.output, layer.phases
     acc = acc.reshape(out.C, out.H, out.W)
-    for inp in layer.inputs:
+    for inp in _own_inputs(layer):
         x = ev.read(inp.act)
         for kh, _, window in taps(x, out.H, x.shape[2], layer.kernel, layer.stride, layer.dilation, layer.pads, 0.0):
             for i in range(k):
@@ -279,7 +297,7 @@ def _conv_runs(runs: Runs, layer: ConvLayer, index: int) -> np.ndarray:
     # each a [Cout, columns] term: per input, its coefficients per step and its taps (im2col).
     parts = []
     steps = 0
-    for inp in layer.inputs:
+    for inp in _own_inputs(layer):
         x = runs.read(inp.act)
         C = x.shape[1]
         stacked = x.transpose(1, 0, 2, 3).reshape(C * R, x.shape[2], x.shape[3])

@@ -196,6 +196,11 @@ class ConvLayer(Layer):
     def writes(self) -> list[Activation]:
         return [self.output] + [p.written for p in self.post_ops if p.written is not None]
 
+    def part_inputs(self) -> set[int]:
+        """The inputs summed apart, each part in the tile's second copy with its own gain
+        (``postops.AddPart``); the others make the layer's own sum."""
+        return {i for p in self.post_ops if p.kind == "add_part" for i in p.inputs}
+
     def is_post_op_layer(self) -> bool:
         """One input passed through unchanged (1x1, weight one, no bias), then post-ops: the
         form an element-wise op takes before it joins the layer that computes its input."""

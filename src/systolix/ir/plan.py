@@ -126,6 +126,9 @@ class ConvConstants:
     slots: list[Any]
     simd: int
     simd_offset: int
+    part_bias: list[list[int]] = field(default_factory=list)
+    """Per output group, the bias vector of each part summed apart (``postops.AddPart``), in
+    their order; each sits right before the part's first block."""
 
 
 @dataclass(eq=False)

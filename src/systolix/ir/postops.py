@@ -159,6 +159,53 @@ class AddTensor(PostOp):
 
 
 @dataclass(eq=False)
+class AddPart(PostOp):
+    """``+ values * (bias + the part's own sum)``: a part of a reduction summed in parts
+    (``split_long_reductions``) made beside the tile instead of in a layer of its own
+    (``systolix.hir_passes.merge_reduction_parts``). The layer's inputs ``inputs`` are the part's
+    (``sources``, the same ``ConvInput`` objects, and the layer's geometry); for each output
+    group its bias and weight blocks go through the array into the tile's second copy, and one
+    SIMD multiply a vector undoes the part's gain and adds the product into the tile. The part no
+    longer saves its partial map and the layer no longer loads it back: the product is rounded
+    and added exactly as before, so the result is bit for bit the same."""
+
+    inputs: tuple[int, ...] = ()
+    sources: list = field(default_factory=list)
+    bias: np.ndarray = None
+    values: np.ndarray = None
+    part: str = ""
+    kind: ClassVar[str] = "add_part"
+    tile_copies: ClassVar[int] = 2
+
+    def evaluate(self, acc, read):
+        from systolix.ir.evaluate import conv_sum
+
+        geometry = self.geometry
+        return acc + _channels(self.values) * conv_sum(self.sources, self.bias, *geometry, acc.shape[-2], acc.shape[-1], read)
+
+    geometry: tuple = ()
+    """``(kernel, stride, dilation, pads)`` of the layer (a part shares its layer's)."""
+
+    def constants(self, c):
+        # The bias vectors go in the weights' part of the image (``conv_constants``).
+        return c.per_channel(self.values)
+
+    def emit(self, t, slot) -> None:
+        e = t.e
+        for go in t.groups():
+            scratch = t.acc_scratch + (go - t.go0) * t.per_group
+            t.part(self, go, scratch)
+            e.simd(SimdOp.MOVE, 0, 0, 1, read=t.channel_constant(slot, go))
+            base = t.group_base(go)
+            for v in range(t.per_group):
+                e.simd(SimdOp.MULTIPLY, 0, 1, 0, read=scratch + v, write=base + v, accumulate=True)
+
+    def text(self) -> str:
+        names = ", ".join(i.act.name for i in self.sources)
+        return f"add part {self.part!r} ({names}, bias {describe_array(self.bias)}) times {describe_array(self.values)}"
+
+
+@dataclass(eq=False)
 class MulTensor(PostOp):
     """``* tensor`` of the same shape: the operand goes beside the tile, one multiply a vector."""
 

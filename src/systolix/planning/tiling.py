@@ -107,7 +107,7 @@ def _acc(name: str, base: int, size: int) -> Buffer:
 # Accumulator clocks a post-op takes per output vector (a read-and-write SIMD op is two).
 POST_OP_CLOCKS = {"add": 1, "add_const": 1, "relu": 2, "mul": 2, "mul_bcast": 2, "add_bcast": 2, "mul_pixel": 2,
                   "clip": 4, "slope": 4, "scaled_slope": 5, "scaled_clip": 5, "mul_tensor": 4,
-                  "add_channels": 2, "save": 1}
+                  "add_channels": 2, "save": 1, "add_part": 2}
 
 
 def _tail_clocks(layer) -> int:

@@ -1,0 +1,107 @@
+"""Merge a reduction's parts back into its layer: each part is summed beside the layer's tile
+(``postops.AddPart``) instead of in a layer of its own.
+
+``split_long_reductions`` sums a long reduction in parts, each with its own gain, so that each
+rounds less. As layers, every part but the last saves its partial map (its gain undone) and the
+last loads each back and adds it: per output vector and part, a SIMD multiply that reads and
+writes, an accumulators -> local move, a DRAM save and load, and an accumulating move back. At
+batch 4 on the ultra96-v2 that was 13% of YOLOv4-tiny's time (``systolix estimate``, with and
+without map parts: 16.86M against 14.94M clocks). Merged, a part's blocks stream through the
+array into the tile's second copy and one SIMD multiply a vector, accumulating, adds the
+product into the tile: no map goes through DRAM.
+
+The sums are the same, in the same order: the layer's own part first, its gain undone, then each
+part's rounded product added exactly where its ``AddTensor`` was. So the outputs are bit for bit
+those of the parts as layers.
+
+A part merges when it is a dense conv of its layer's geometry whose only post-op is its gain's
+undo (``Scale``) and whose output only that ``AddTensor`` reads. Runs last of the HIR passes: the
+gains' passes, ``tensor_exponents`` and ``estimate_ranges`` see the parts as layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from systolix.hir_passes.uses import reader_counts
+from systolix.ir.hir import ConvLayer, HirProgram
+from systolix.ir.postops import PART_NODE, AddPart, AddTensor, Scale
+
+
+# The share of the accumulators the merged parts' SIMD constants may take, as a divisor.
+SIMD_SHARE = 8
+
+
+def _weight_vectors(inputs, groups: int, N: int, kernel) -> int:
+    """Vectors of a conv's weight blocks (dense, every block stored) and bias."""
+    return groups * (1 + sum(i.act.G * kernel[0] * kernel[1] * N for i in inputs))
+
+
+def _mergeable(part, layer: ConvLayer, readers: dict[int, int], outputs: set[int]) -> bool:
+    return (isinstance(part, ConvLayer) and part.output.parent is None and id(part.output) not in outputs
+            and readers.get(id(part.output), 0) == 1
+            and len(part.post_ops) == 1 and type(part.post_ops[0]) is Scale and not part.scaling_ops
+            and part.phases == 1 and layer.phases == 1
+            and (part.kernel, part.stride, part.dilation, part.pads) == (layer.kernel, layer.stride, layer.dilation, layer.pads)
+            and all(i.weights is not None for i in part.inputs)
+            and all((i.act.H, i.act.W) == (layer.inputs[0].act.H, layer.inputs[0].act.W) for i in part.inputs)
+            and (part.output.C, part.output.H, part.output.W) == (layer.output.C, layer.output.H, layer.output.W))
+
+
+def merge_reduction_parts(hir: HirProgram, ctx) -> HirProgram:
+    """The pass: every mergeable part into the layer that adds it (``ctx.merge_parts``, off by
+    default: none)."""
+    if not getattr(ctx, "merge_parts", False):
+        return hir
+    readers = reader_counts(hir)
+    outputs = {id(a) for a in hir.outputs.values()}
+    producer = {id(layer.output): layer for layer in hir.layers}
+    merged: set[int] = set()
+    layers = []
+    for layer in hir.layers:
+        if not isinstance(layer, ConvLayer) or layer.phases != 1 or not any(
+                isinstance(p, AddTensor) and p.node == PART_NODE for p in layer.post_ops):
+            layers.append(layer)
+            continue
+        inputs = list(layer.inputs)
+        post_ops = []
+        macs = layer.macs
+        # Each part's gain undo takes a vector of SIMD constants a channel group beside the
+        # accumulators: no more parts than leave the tiles most of them (YOLOv4-tiny's 512-channel
+        # conv in 16 parts on the 8x8 arty-a7-35 would take 960 of its 2,048).
+        room = ctx.arch.accumulator_depth // SIMD_SHARE if ctx is not None else None
+        # In a batch program, images share a layer's weight tile, where its weights stay in local
+        # memory, all at once. Parts as layers of their own share theirs too; merged, a part's
+        # blocks load once for as many images as the second tile holds (one group each). So a
+        # batch program merges only where the layer's own weights already stream (YOLOv4-tiny's
+        # 512-channel 6x6 convs on the ultra96-v2 at batch 4: 0.77x the clocks). Where they fit,
+        # merged parts took more (its 256-channel 12x12 convs, four parts of 9,232 vectors each
+        # resident and shared: merged, 36,880 streamed image by image, 1.08x; the unit test's
+        # 6x6 map: 1.06x, each part block loaded twice).
+        batch = ctx is not None and (getattr(ctx, "batch", None) or 1) > 1
+        if batch and _weight_vectors(layer.inputs, layer.output.G, layer.output.N, layer.kernel) <= ctx.arch.local_depth // 2:
+            layers.append(layer)
+            continue
+        for p in layer.post_ops:
+            part = producer.get(id(p.operand)) if isinstance(p, AddTensor) and p.node == PART_NODE and p.stride == (1, 1) else None
+            if part is not None and room is not None:
+                room -= layer.output.G
+                if room < 0:
+                    part = None
+            if part is None or id(part) in merged or not _mergeable(part, layer, readers, outputs):
+                post_ops.append(p)
+                continue
+            first = len(inputs)
+            inputs.extend(part.inputs)
+            post_ops.append(AddPart(inputs=tuple(range(first, len(inputs))), sources=list(part.inputs), bias=part.bias,
+                                    values=part.post_ops[0].values, part=part.name,
+                                    geometry=(layer.kernel, layer.stride, layer.dilation, layer.pads), node=PART_NODE))
+            macs += part.macs
+            merged.add(id(part))
+        if len(inputs) == len(layer.inputs):
+            layers.append(layer)
+            continue
+        layers.append(dataclasses.replace(layer, inputs=inputs, post_ops=post_ops, macs=macs))
+    if not merged:
+        return hir
+    return dataclasses.replace(hir, layers=[layer for layer in layers if id(layer) not in merged])

@@ -1,0 +1,119 @@
+"""``merge_reduction_parts``: a reduction's parts summed beside their layer's tile
+(``postops.AddPart``) instead of in layers of their own. The pass test builds the HIR before and
+the HIR expected after; the emulator tests compile a long map reduction with and without the
+merge: the same raw outputs, bit for bit (batch 1 and batch 4), in fewer clocks."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from systolix.arch import get_architecture, get_board
+from systolix.compiler import compile_model
+from systolix.compiler.context import CompileContext
+from systolix.hir_passes.merge_reduction_parts import merge_reduction_parts
+from systolix.ir import same
+from systolix.ir.evaluate import run_reference
+from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
+from systolix.ir.postops import PART_NODE, AddPart, AddTensor, Relu, Scale
+from systolix.perf.estimate import estimate
+from tests.onnx_builders import make_model
+from tests.unit.test_reduction_pass import _error_against_onnxruntime, layers
+
+ARCH = get_architecture("ultra96v2")
+BOARD = get_board("ultra96-v2")
+CTX = CompileContext(ARCH, merge_parts=True)
+
+
+def _parts(extra_output: bool = False, part_post=None):
+    """A 3x3 conv over 64 channels at 6x6 in 4 parts of 16, each part's gain undone by its own
+    ``Scale``, the last adding the others' partial maps before its ReLU (``split_long_reductions``'
+    form), and the one layer ``merge_reduction_parts`` makes of them."""
+    rng = np.random.default_rng(0)
+    x, y = Activation("x", 64, 6, 6, 16), Activation("y", 16, 6, 6, 16)
+    partials = [Activation(f"y part {j}", 16, 6, 6, 16) for j in (1, 2, 3)]
+    views = [Activation(f"x[{16 * j}:{16 * (j + 1)}]", 16, 6, 6, 16, parent=(x, j)) for j in range(4)]
+    inputs = [ConvInput(v, weights=rng.normal(0, 0.2, (16, 16, 3, 3)).astype(np.float32)) for v in views]
+    gains = [rng.uniform(0.1, 0.3, 16).astype(np.float32) for _ in range(4)]
+    biases = [rng.normal(0, 0.05, 16).astype(np.float32) for _ in range(4)]
+    geometry = dict(pads=(1, 1, 1, 1), ops=["Conv", "Relu"], nodes=["conv", "relu"], macs=16 * 16 * 9 * 36)
+    parts = [ConvLayer(f"conv [{16 * j}:{16 * (j + 1)}]", [inputs[j]], partials[j], biases[j], (3, 3),
+                       post_ops=[Scale(gains[j])] + ([Relu()] if part_post == j else []), **geometry) for j in range(3)]
+    last = ConvLayer("conv [48:64]", [inputs[3]], y, biases[3], (3, 3),
+                     post_ops=[Scale(gains[3])] + [AddTensor(p, node=PART_NODE) for p in partials] + [Relu(node="relu")],
+                     **geometry)
+    outputs = {"y": y} | ({"p": partials[1]} if extra_output else {})
+    before = HirProgram("m", 16, parts + [last], {"x": x}, outputs, {"x": (1, 64, 6, 6)},
+                        {k: (1, 16, 6, 6) for k in outputs})
+    adds = [AddPart(inputs=(1 + j,), sources=[inputs[j]], bias=biases[j], values=gains[j], part=parts[j].name,
+                    geometry=((3, 3), (1, 1), (1, 1), (1, 1, 1, 1)), node=PART_NODE) for j in range(3)]
+    merged = ConvLayer("conv [48:64]", [inputs[3]] + inputs[:3], y, biases[3], (3, 3),
+                       post_ops=[Scale(gains[3])] + adds + [Relu(node="relu")], **(geometry | {"macs": 4 * geometry["macs"]}))
+    after = HirProgram("m", 16, [merged], {"x": x}, outputs, {"x": (1, 64, 6, 6)}, {k: (1, 16, 6, 6) for k in outputs})
+    return before, after
+
+
+def test_the_parts_become_one_layer_summing_each_beside_its_tile():
+    before, expected = _parts()
+    after = merge_reduction_parts(before, CTX)
+    assert same(after, expected), after.text()
+    assert after.layers[0].part_inputs() == {1, 2, 3}
+    # The same function in float: each part's sum, its gain undone, added where its map was.
+    xs = {"x": np.random.default_rng(1).normal(size=(1, 64, 6, 6)).astype(np.float32)}
+    np.testing.assert_allclose(run_reference(after, xs)["y"], run_reference(before, xs)["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_a_part_read_elsewhere_or_with_more_post_ops_stays_a_layer():
+    before, _ = _parts(extra_output=True)  # part 2's map is also a program output
+    after = merge_reduction_parts(before, CTX)
+    assert len(after.layers) == 2 and [p.kind for p in after.layers[-1].post_ops] == ["mul", "add_part", "add", "add_part", "relu"]
+    before, _ = _parts(part_post=0)  # part 1 has a ReLU of its own
+    after = merge_reduction_parts(before, CTX)
+    assert [p.kind for p in after.layers[-1].post_ops] == ["mul", "add", "add_part", "add_part", "relu"]
+    before, _ = _parts()
+    assert same(merge_reduction_parts(before, CompileContext(ARCH)), before)  # off by default
+
+
+def _long_map(cout: int = 32):
+    """A 1x1 conv to 256 channels and ReLU, then a 3x3 conv over them and ReLU, plain: the 3x3
+    conv sums 2,304 products an output, in parts (``split_long_reductions``)."""
+    rng = np.random.default_rng(0)
+    inits = {"w1": rng.normal(0, np.sqrt(2 / 16), (256, 16, 1, 1)).astype(np.float32),
+             "b1": rng.normal(0, 0.1, 256).astype(np.float32),
+             "w": rng.normal(0, np.sqrt(2 / 2304), (cout, 256, 3, 3)).astype(np.float32),
+             "b": rng.normal(0, 0.1, cout).astype(np.float32)}
+    return make_model([helper.make_node("Conv", ["x", "w1", "b1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+                       helper.make_node("Conv", ["r", "w", "b"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+                       helper.make_node("Relu", ["c"], ["y"])], [("x", [1, 16, 6, 6])], [("y", None)], inits)
+
+
+def test_merged_parts_give_the_same_outputs_bit_for_bit_in_fewer_clocks():
+    m = _long_map()
+    merged, apart = compile_model(m, ARCH, merge_parts=True), compile_model(m, ARCH)
+    assert len(layers(apart)) == 5 and len(layers(merged)) == 2, (layers(apart), layers(merged))
+    inputs = np.random.default_rng(2).normal(size=(8, 1, 16, 6, 6)).astype(np.float32)
+    a, b = (c.run_detailed({"x": inputs}, batch=True).raw_outputs["y"] for c in (merged, apart))
+    assert np.array_equal(a, b)
+    # Within the error model's bound of onnxruntime (the same outputs as the parts as layers).
+    rms_error = _error_against_onnxruntime(m, inputs)
+    assert rms_error(merged) == rms_error(apart)
+    fitted = {name: estimate(c.program, BOARD).cycles for name, c in (("merged", merged), ("apart", apart))}
+    print(f"\nlong map, ultra96-v2 fitted clocks: {fitted['apart']:,.0f} parts as layers, {fitted['merged']:,.0f} merged")
+    assert fitted["merged"] < 0.95 * fitted["apart"], fitted
+
+
+def test_a_batch_program_with_merged_parts_gives_each_image_its_batch_1_outputs():
+    m = _long_map()
+    one, four = compile_model(m, ARCH, merge_parts=True), compile_model(m, ARCH, batch=4, merge_parts=True)
+    xs = np.random.default_rng(3).normal(size=(4, 1, 16, 6, 6)).astype(np.float32)
+    raw1, raw4 = (c.run_detailed({"x": xs}, batch=True).raw_outputs["y"] for c in (one, four))
+    assert np.array_equal(raw1, raw4)
+    # This layer's weights (4,610 vectors) stay in local memory: images share them, and its parts
+    # stay layers of their own in a batch program (merged, each part block would load twice).
+    assert len(layers(four)) == 5
+    wide = compile_model(_long_map(cout=512), ARCH, batch=4, merge_parts=True)
+    assert len(layers(wide)) == 2  # 73,760 vectors of weights: streamed either way, merged
+    raw1 = compile_model(_long_map(cout=512), ARCH, merge_parts=True).run_detailed({"x": xs}, batch=True).raw_outputs["y"]
+    assert np.array_equal(raw1, wide.run_detailed({"x": xs}, batch=True).raw_outputs["y"])
+    apart = compile_model(_long_map(cout=512), ARCH, batch=4)
+    assert estimate(wide.program, BOARD).cycles < estimate(apart.program, BOARD).cycles
