@@ -200,8 +200,12 @@ def _error_against_onnxruntime(m, inputs):
 def test_a_calibrated_head_in_parts_has_less_error_on_the_emulator(monkeypatch):
     m, calibration, inputs = _head()
     rms_error = _error_against_onnxruntime(m, inputs)
-    parts = compile_model(m, ARCH, calibration={"x": calibration})
+    parts = compile_model(m, ARCH, calibration={"x": calibration}, merge_parts=False)
     assert len(layers(parts)) == 16 and layers(parts)[-1].endswith(" [1920:2048]")  # sqrt(2,048) = 45: 128 a part
+    # Summed beside the head's tile (``merge_reduction_parts``, the default): one layer, the same outputs.
+    merged = compile_model(m, ARCH, calibration={"x": calibration})
+    assert len(layers(merged)) == 1
+    assert np.array_equal(merged.run({"x": inputs}, batch=True)["y"], parts.run({"x": inputs}, batch=True)["y"])
     monkeypatch.setattr(reductions, "reduction_parts", lambda layer, N, part_channels=0, maps=True: None)
     whole = compile_model(m, ARCH, calibration={"x": calibration})
     assert len(layers(whole)) == 1
@@ -230,7 +234,7 @@ def test_plain_compiles_split_long_reductions_by_their_estimated_gains(monkeypat
     # and the parts shorter than a calibrated compile's. Without gains the parts would only cost.
     m, _, inputs = _head()
     rms_error = _error_against_onnxruntime(m, inputs)
-    parts = compile_model(m, ARCH)  # estimated gains are the default
+    parts = compile_model(m, ARCH, merge_parts=False)  # estimated gains are the default; parts as layers
     assert len(layers(parts)) > 8 and layers(parts)[-1].endswith(":2048]"), layers(parts)
     assert len(layers(compile_model(m, ARCH, estimate_gains=False))) == 1
     monkeypatch.setattr(reductions, "reduction_parts", lambda layer, N, part_channels=0, maps=True: None)
@@ -261,7 +265,7 @@ def _flatten_head(seed: int):
 def test_a_plain_dense_layer_after_a_flatten_in_parts_has_less_error_on_the_emulator(monkeypatch):
     m, inputs = _flatten_head(seed=0)
     rms_error = _error_against_onnxruntime(m, inputs)
-    parts = compile_model(m, ARCH)
+    parts = compile_model(m, ARCH, merge_parts=False)
     assert len(layers(parts)) == 6 and layers(parts)[-1].endswith(" [64:72]"), layers(parts)
     monkeypatch.setattr(reductions, "reduction_parts", lambda layer, N, part_channels=None, maps=True: None)
     whole = compile_model(m, ARCH)
@@ -356,7 +360,7 @@ def test_a_plain_map_in_parts_has_less_error_on_the_emulator():
                     helper.make_node("Relu", ["c"], ["y"])], [("x", [1, 16, 6, 6])], [("y", None)], inits)
     inputs = rng.normal(size=(16, 1, 16, 6, 6)).astype(np.float32)
     rms_error = _error_against_onnxruntime(m, inputs)
-    parts = compile_model(m, ARCH)
+    parts = compile_model(m, ARCH, merge_parts=False)  # the parts as layers (merged: the same outputs)
     assert len(layers(parts)) == 5, layers(parts)  # 1 + 4 parts of 64 channels
     whole = compile_model(m, ARCH, split_maps=False)
     assert len(layers(whole)) == 2

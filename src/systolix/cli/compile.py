@@ -152,10 +152,10 @@ def compile_command(
     no_merge_residual_convs: bool = typer.Option(False, "--no-merge-residual-convs",
                                                  help="Keep two convs whose outputs a residual add sums as two layers (by "
                                                       "default, when they share their geometry, one layer accumulates both)."),
-    merge_parts: bool = typer.Option(False, "--merge-parts",
-                                     help="Sum each part of a long reduction beside its layer's tile instead of in a layer "
-                                          "of its own whose partial map goes through DRAM (the same outputs; fewer clocks "
-                                          "under the fitted model, not yet on the generated RTL)."),
+    no_merge_parts: bool = typer.Option(False, "--no-merge-parts",
+                                        help="Compute each part of a long reduction summed in parts as a layer of its own "
+                                             "whose partial map goes through DRAM (by default, in a program of one image, "
+                                             "beside its layer's tile; the outputs are the same)."),
     no_subsample_strided_reads: bool = typer.Option(False, "--no-subsample-strided-reads",
                                                     help="Compute and store every pixel of a tensor that only strided 1x1 "
                                                          "convs read (by default only the pixels they read)."),
@@ -203,7 +203,7 @@ def compile_command(
                                  pack_inputs=not no_pack_input, pack_width=not no_pack_width, estimate_gains=estimate_gains, schedule=not no_schedule,
                                  batch=batch, fuse_pools=not no_fuse_pools,
                                  fuse_preactivations=fuse_preact, merge_residual_convs=not no_merge_residual_convs,
-                                 merge_parts=merge_parts,
+                                 merge_parts=not no_merge_parts,
                                  subsample_strided_reads=not no_subsample_strided_reads, split_maps=not no_split_maps)
     path = compiled.save(output)
     if quiet:

@@ -8,13 +8,11 @@ Instructions are emitted one output row at a time (``roll_up`` merges the runs a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from systolix.codegen.emitter import Emitter
 from systolix.ir.hir import ConvLayer
 from systolix.ir.lir import ACCUMULATORS, CONSTS, LOCAL, ZEROES
 from systolix.ir.plan import ConvConstants, LayerPlan, MemoryMap
-from systolix.isa import SimdOp
 
 
 BIAS_IN_BLOCK = True
@@ -44,9 +42,6 @@ class Tile:
     consts_local: bool
     acc: int = ACCUMULATORS
     consts: int = CONSTS
-    part: Any = None
-    """``part(post, go, scratch)``: a part summed apart (``postops.AddPart``), group ``go``'s bias
-    and blocks through the array into ``scratch``."""
 
     @property
     def per_group(self) -> int:
@@ -150,53 +145,48 @@ def _stream_blocks(e: Emitter, layer: ConvLayer, blocks, block_addrs, order, wit
     return in_array
 
 
-def _part_runner(e: Emitter, layer: ConvLayer, consts: ConvConstants, vh, vw, stage, band, weights, streamed: bool,
-                 weights_size: int, done=None):
-    """``Tile.part`` for a stage: a part's bias and blocks of an output group into the scratch.
-    Resident weights: ``weights`` maps a constant's address to local memory; streamed: the part's
-    bias and blocks go through the weights buffer at ``weights`` in chunks that fit it."""
-    N = e.N
-    order = [p for p in layer.post_ops if p.kind == "add_part"]
+def _part_chunks(layer: ConvLayer, consts: ConvConstants, go: int, per_chunk: int | None):
+    """Output group ``go``'s parts summed apart (``postops.AddPart``), in order:
+    ``(post-op index, part number, chunks of block indices)``, each chunk what fits the weights
+    buffer when streamed (``per_chunk`` blocks; None: resident, one chunk)."""
+    out = []
+    number = 0
+    for index, post in enumerate(layer.post_ops):
+        if post.kind != "add_part":
+            continue
+        js = [j for j, blk in enumerate(consts.blocks[go]) if blk[0] in post.inputs]
+        chunks = [js] if per_chunk is None else [js[c:c + per_chunk] for c in range(0, max(1, len(js)), per_chunk)]
+        out.append((index, number, chunks))
+        number += 1
+    return out
+
+
+def _part_span(consts: ConvConstants, go: int, number: int, ci: int, chunk, N: int) -> tuple[int, int]:
+    """``(first, end)`` in the constant image of a part's chunk (its first with the part's bias)."""
+    block_addrs = consts.addresses[go][1]
+    bias_addr = consts.part_bias[go][number]
+    first = bias_addr if ci == 0 else block_addrs[chunk[0]]
+    return first, (block_addrs[chunk[-1]] + N) if chunk else bias_addr + 1
+
+
+def _part_chunk(e: Emitter, layer: ConvLayer, consts: ConvConstants, go: int, number: int, ci: int, chunk, loc, vh, vw,
+                stage, band, scratch: int) -> None:
+    """A part's chunk of output group ``go``'s blocks (its first: with the part's bias) through
+    the array into ``scratch``, the band streaming through each."""
     oh0, oh1 = stage.outputs
-    ih_lo = stage.inputs[0]
     OW = layer.output.W
-
-    def run(post, go, scratch):
-        run_images(post, go, [(band, scratch)])
-
-    def run_images(post, go, targets):
-        blocks = consts.blocks[go]
-        block_addrs = consts.addresses[go][1]
-        bias_addr = consts.part_bias[go][next(k for k, p in enumerate(order) if p is post)]
-        js = [j for j, blk in enumerate(blocks) if blk[0] in post.inputs]
-        if streamed:
-            per_chunk = max(1, (weights_size - 1) // N)
-            chunks = [js[c:c + per_chunk] for c in range(0, max(1, len(js)), per_chunk)]
+    blocks = consts.blocks[go]
+    bias_addr = consts.part_bias[go][number]
+    with_bias, order = [], chunk
+    if ci == 0:
+        with_bias = _bias_blocks(chunk, blocks, vh, vw, oh0, oh1, OW, layer.phases)
+        if not with_bias:
+            e.load_bias(loc(bias_addr))
+            e.matmul(ZEROES, scratch, (oh1 - oh0) * OW, 1, accumulate=False)
         else:
-            chunks = [js]
-        for ci, chunk in enumerate(chunks):
-            loc = weights
-            if streamed:
-                first = bias_addr if ci == 0 else block_addrs[chunk[0]]
-                last = (block_addrs[chunk[-1]] + N) if chunk else bias_addr + 1
-                e.move(CONSTS + first, weights, last - first)
-                loc = lambda a, first=first: weights + (a - first)  # noqa: E731
-            with_bias, rest = [], chunk
-            if ci == 0:
-                with_bias = _bias_blocks(chunk, blocks, vh, vw, oh0, oh1, OW, layer.phases)
-                if not with_bias:
-                    e.load_bias(loc(bias_addr))
-                    for _, scratch in targets:
-                        e.matmul(ZEROES, scratch, (oh1 - oh0) * OW, 1, accumulate=False)
-                else:
-                    rest = with_bias + [j for j in chunk if j not in with_bias]
-            _stream_blocks(e, layer, blocks, block_addrs, rest, with_bias, loc, bias_addr, vh, vw, oh0, oh1, ih_lo, targets,
-                           None)
-        if done is not None:
-            done()
-
-    run.images = run_images
-    return run
+            order = with_bias + [j for j in chunk if j not in with_bias]
+    _stream_blocks(e, layer, blocks, consts.addresses[go][1], order, with_bias, loc, bias_addr, vh, vw, oh0, oh1,
+                   stage.inputs[0], [(band, scratch)], None)
 
 
 def _own_blocks(layer: ConvLayer, blocks) -> int:
@@ -206,8 +196,8 @@ def _own_blocks(layer: ConvLayer, blocks) -> int:
 
 
 def _tail(layer: ConvLayer, consts: ConvConstants, tile: Tile, save, first: int = 0) -> None:
-    """A tile's post-ops (from the ``first``-th: those before ran group by group,
-    ``_images_parts``), then ``save()`` (None: the output nobody reads, only its copies), then
+    """A tile's post-ops (from the ``first``-th: those before ran group by group with the parts
+    summed apart, ``emit_conv``'s ``run_step``), then ``save()`` (None: the output nobody reads, only its copies), then
     the post-ops that work on the saved tile in place (a pooled copy: ``postops.Save`` with
     ``after_save``)."""
     after = []
@@ -291,12 +281,19 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
     out_on_chip = memory.on_chip(out)
     # Streamed weights: per output group its bias and blocks in chunks that fit the buffer.
     per_chunk = max(1, (t.weights_size - 1) // N)
-    # The layer's own blocks (a part summed apart runs its own, after them: ``_part_runner``).
+    # The layer's own blocks; then each part summed apart (``postops.AddPart``) runs its own, as
+    # more steps of the group (``run_step``).
     own = [_own_blocks(layer, blocks) for blocks in per_go]
     chunks_of = [[list(range(c, min(n, c + per_chunk))) for c in range(0, max(1, n), per_chunk)]
                  if to_local is None else [list(range(n))] for n in own]
-    part_ran = [False]
-    current_band: list = [None]
+    parts_upto = max((k + 1 for k, p in enumerate(layer.post_ops) if p.kind == "add_part"), default=0)
+    parts_of = [_part_chunks(layer, consts, go, per_chunk if to_local is None else None) if parts_upto else []
+                for go in range(len(per_go))]
+
+    def steps_of(go):
+        """Output group ``go``'s weight chunks: its own, then its parts'."""
+        return ([("own", ci) for ci in range(len(chunks_of[go]))]
+                + [("part", index, number, ci, chunk) for index, number, chunks in parts_of[go] for ci, chunk in enumerate(chunks)])
 
     def load_band(stage, k, groups):
         """Input rows of the given (input, group) pairs, one after another, into context ``k``'s
@@ -323,17 +320,49 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
     def acc_base() -> int:
         return ACCUMULATORS + (acc_slot[0] % t.acc_tiles) * t.rows * OW * t.groups
 
-    def fetch(go, ci, k):
-        """Streamed: move output group ``go``'s chunk ``ci`` (with its bias first) into context
-        ``k``'s weights buffer; resident: nothing. Returns the block address -> local address map."""
+    def fetch(go, step, k):
+        """Streamed: move output group ``go``'s chunk ``step`` (``steps_of``; the first with its
+        bias) into context ``k``'s weights buffer; resident: nothing. Returns the block address ->
+        local address map."""
         if to_local is not None:
             return lambda a: to_local(a, k)
-        bias_addr, block_addrs = offsets[go]
-        chunk = chunks_of[go][ci]
-        first = bias_addr if ci == 0 else block_addrs[chunk[0]]
-        last = (block_addrs[chunk[-1]] + N) if chunk else bias_addr + 1
+        if step[0] == "part":
+            first, last = _part_span(consts, go, step[2], step[3], step[4], N)
+        else:
+            bias_addr, block_addrs = offsets[go]
+            chunk = chunks_of[go][step[1]]
+            first = bias_addr if step[1] == 0 else block_addrs[chunk[0]]
+            last = (block_addrs[chunk[-1]] + N) if chunk else bias_addr + 1
         e.move(CONSTS + first, ctx[k][0], last - first)
         return lambda a, first=first: ctx[k][0] + (a - first)
+
+    def group_tile(stage, p0, go, k) -> Tile:
+        """Output group ``go`` of the partition from ``p0`` alone, as a tile."""
+        oh0, oh1 = stage.outputs
+        at = (go - p0) * (oh1 - oh0) * OW
+        return Tile(e, memory, N, go, go + 1, oh0, oh1 - oh0, OW, ctx[k][2] + at, acc_const, ACCUMULATORS + t.acc_scratch + at,
+                    ACCUMULATORS + t.acc_bcast + go - p0, consts_local, acc_base() + at)
+
+    done_upto: dict[tuple, int] = {}  # per (stage, group): the post-ops emitted so far
+
+    def run_step(stage, band, go, go0, step, loc, in_array, k):
+        """Step ``step`` of output group ``go`` (``steps_of``). A part's: the post-ops before it
+        on the group (its layer's gain undo) the first time, its chunk into the scratch, and
+        after its last chunk the multiply that adds it into the tile (``postops.AddPart``)."""
+        if step[0] == "own":
+            return run_chunk(stage, band, go, go0, step[1], loc, in_array)
+        _, index, number, ci, chunk = step
+        tile = group_tile(stage, go0, go, k)
+        key = (stage.outputs, go)
+        if ci == 0:
+            for post, slot in list(zip(layer.post_ops, consts.slots))[done_upto.get(key, 0):index]:
+                post.emit(tile, slot)
+            done_upto[key] = index
+        _part_chunk(e, layer, consts, go, number, ci, chunk, loc, vh, vw, stage, band, tile.acc_scratch)
+        if ci + 1 == len(parts_of[go][number][2]):
+            layer.post_ops[index].emit(tile, consts.slots[index])
+            done_upto[key] = index + 1
+        return None
 
     def run_chunk(stage, band, go, go0, ci, loc, in_array):
         """The bias (first chunk) and the chunk's blocks of output group ``go``, the band
@@ -358,9 +387,6 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
             else:
                 order = with_bias + [j for j in order if j not in with_bias]
             in_array = None  # the weights now in the array: the bias block
-        if part_ran[0]:
-            in_array = None  # a part's blocks went through the array since
-            part_ran[0] = False
         return _stream_blocks(e, layer, blocks, block_addrs, order, with_bias, loc, bias_addr, vh, vw, oh0, oh1, ih_lo,
                               [(band, acc_go)], in_array)
 
@@ -389,12 +415,8 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
         acc = acc_base() + at
         tile = Tile(e, memory, N, go0, go1, oh0, rows, OW, stage_base, acc_const, ACCUMULATORS + t.acc_scratch + at,
                     ACCUMULATORS + t.acc_bcast + go0 - p0, consts_local, acc)
-        if consts.part_bias:
-            tile.part = _part_runner(e, layer, consts, vh, vw, stage, current_band[0],
-                                     (lambda a: to_local(a, k)) if to_local is not None else ctx[k][0], to_local is None,
-                                     t.weights_size, lambda: part_ran.__setitem__(0, True))
         _tail(layer, consts, tile, (lambda: e.save_tile(acc, stage_base, out_on_chip, (base, gs, hs, ws), go0, go1, oh0, rows, OW))
-              if keep_output else None)
+              if keep_output else None, first=parts_upto)
 
     stages = plan.stages
     if pipelined and to_local is not None:
@@ -408,11 +430,11 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
             if s + 1 < len(stages):
                 bands[s + 1] = load_band(stages[s + 1], 1 - k, all_groups)
             band = bands.pop(s)
-            current_band[0] = band
             for go0, go1 in plan.partitions:
                 in_array = None
                 for go in range(go0, go1):
-                    in_array = run_chunk(stage, band, go, go0, 0, fetch(go, 0, k), in_array)
+                    for step in steps_of(go):
+                        in_array = run_step(stage, band, go, go0, step, fetch(go, step, k), in_array, k)
                     finish_group(stage, go0, go1, go, k)
         return
     if pipelined:
@@ -420,31 +442,28 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
         # next chunk's move ahead of the current chunk's MatMuls.
         for stage in stages:
             bands = [load_band(stage, k, all_groups) for k in range(2)]
-            current_band[0] = bands[0]
-            steps = [(p, go, ci) for p, (go0, go1) in enumerate(plan.partitions) for go in range(go0, go1)
-                     for ci in range(len(chunks_of[go]))]
+            steps = [(p, go, step) for p, (go0, go1) in enumerate(plan.partitions) for go in range(go0, go1)
+                     for step in steps_of(go)]
             loc = fetch(steps[0][1], steps[0][2], 0)
             in_array = None
-            for j, (p, go, ci) in enumerate(steps):
+            for j, (p, go, step) in enumerate(steps):
                 k = j % 2
                 nxt = fetch(steps[j + 1][1], steps[j + 1][2], 1 - k) if j + 1 < len(steps) else None
                 go0, go1 = plan.partitions[p]
-                in_array = run_chunk(stage, bands[k], go, go0, ci, loc, in_array)
-                current_band[0] = bands[k]
+                in_array = run_step(stage, bands[k], go, go0, step, loc, in_array, k)
                 if j + 1 == len(steps) or steps[j + 1][1] != go:
                     finish_group(stage, go0, go1, go, k)
                 loc = nxt
         return
     for stage in stages:
         band = {} if t.diagonal else load_band(stage, 0, all_groups)
-        current_band[0] = band
         for go0, go1 in plan.partitions:
             if t.diagonal:
                 band = load_band(stage, 0, [(0, g) for g in range(go0, min(go1, layer.inputs[0].act.G))])
             for go in range(go0, go1):
                 in_array = None
-                for ci in range(len(chunks_of[go])):
-                    in_array = run_chunk(stage, band, go, go0, ci, fetch(go, ci, 0), in_array)
+                for step in steps_of(go):
+                    in_array = run_step(stage, band, go, go0, step, fetch(go, step, 0), in_array, 0)
                 finish_group(stage, go0, go1, go, 0)
 
 
@@ -462,9 +481,8 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
     w_base, in_base, stage_base = LOCAL + t.weights_base, LOCAL + t.band_base, LOCAL + t.staging_base
     acc_const = ACCUMULATORS + t.acc_const
     out_on_chip = images[0].on_chip(out)
-    # The post-ops up to the last part summed apart run group by group, right after the group's
-    # MatMuls, so that every image shares each of the part's weight blocks (``_images_parts``).
-    parts_upto = max((k + 1 for k, p in enumerate(layer.post_ops) if p.kind == "add_part"), default=0)
+    # Parts summed apart are not merged in batch programs (``merge_reduction_parts``).
+    assert not layer.part_inputs(), f"layer {layer.name!r}: parts summed apart in a batch run"
     for stage in plan.stages:
         oh0, oh1 = stage.outputs
         ih_lo, ih_hi = stage.inputs
@@ -496,13 +514,12 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
                 acc_go = ACCUMULATORS + (go - go0) * rows * OW
                 blocks = per_go[go]
                 bias_addr, block_addrs = offsets[go]
-                n_own = _own_blocks(layer, blocks)  # a part summed apart runs its own blocks in the tail
                 if to_local is None:
                     # Streamed: bias and as many blocks as fit, chunk by chunk.
                     per_chunk = max(1, (t.weights_size - 1) // N)
-                    chunks = [list(range(c, min(n_own, c + per_chunk))) for c in range(0, max(1, n_own), per_chunk)]
+                    chunks = [list(range(c, min(len(blocks), c + per_chunk))) for c in range(0, max(1, len(blocks)), per_chunk)]
                 else:
-                    chunks = [list(range(n_own))]
+                    chunks = [list(range(len(blocks)))]
                 for ci, chunk in enumerate(chunks):
                     if to_local is None:
                         first = bias_addr if ci == 0 else block_addrs[chunk[0]]
@@ -525,47 +542,10 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
                         in_array = None  # the weights now in the array: the bias block
                     in_array = _stream_blocks(e, layer, blocks, block_addrs, order, with_bias, loc, bias_addr, vh, vw, oh0, oh1,
                                               ih_lo, [(bands[j], acc_go + j * tile_size) for j in range(len(images))], in_array)
-                if parts_upto:
-                    _images_parts(layer, consts, images, e, stage, bands, go, go0, rows, OW, tile_size, parts_upto, vh, vw,
-                                  to_local, w_base, t, stage_base, acc_const, consts_local)
             for j, memory in enumerate(images):
                 acc = ACCUMULATORS + j * tile_size
                 strides = memory.strides(out)
                 tile = Tile(e, memory, N, go0, go1, oh0, rows, OW, stage_base, acc_const, ACCUMULATORS + t.acc_scratch,
                             ACCUMULATORS + t.acc_bcast, consts_local, acc)
                 _tail(layer, consts, tile, (lambda: e.save_tile(acc, stage_base, out_on_chip, strides, go0, go1, oh0, rows, OW))
-                      if keep_output else None, first=parts_upto)
-
-
-def _images_parts(layer: ConvLayer, consts: ConvConstants, images: list[MemoryMap], e: Emitter, stage, bands, go: int, go0: int,
-                  rows: int, OW: int, tile_size: int, upto: int, vh, vw, to_local, w_base: int, t, stage_base: int,
-                  acc_const: int, consts_local: bool) -> None:
-    """Output group ``go``'s post-ops up to its last part summed apart (``postops.AddPart``), for
-    every image: a part's weight blocks load once for as many images as the second tile holds,
-    each image's sum in its own share of it, then one SIMD multiply a vector adds each into its
-    image's tile. The other post-ops before it run on each image's group as the tail would."""
-    N = e.N
-    per_group = rows * OW
-    runner = _part_runner(e, layer, consts, vh, vw, stage, None, to_local if to_local is not None else w_base,
-                          to_local is None, t.weights_size)
-    at_once = max(1, tile_size // per_group)
-
-    def group_tile(j: int, scratch: int) -> Tile:
-        acc = ACCUMULATORS + j * tile_size + (go - go0) * per_group
-        return Tile(e, images[j], N, go, go + 1, stage.outputs[0], rows, OW, stage_base, acc_const, scratch,
-                    ACCUMULATORS + t.acc_bcast, consts_local, acc)
-
-    for post, slot in list(zip(layer.post_ops, consts.slots))[:upto]:
-        if post.kind != "add_part":
-            for j in range(len(images)):
-                post.emit(group_tile(j, ACCUMULATORS + t.acc_scratch), slot)
-            continue
-        for first in range(0, len(images), at_once):
-            js = range(first, min(len(images), first + at_once))
-            scratch = [ACCUMULATORS + t.acc_scratch + (j - first) * per_group for j in js]
-            runner.images(post, go, [(bands[j], a) for j, a in zip(js, scratch)])
-            for j, a in zip(js, scratch):
-                tile = group_tile(j, a)
-                e.simd(SimdOp.MOVE, 0, 0, 1, read=tile.channel_constant(slot, go))
-                for v in range(per_group):
-                    e.simd(SimdOp.MULTIPLY, 0, 1, 0, read=a + v, write=tile.acc + v, accumulate=True)
+                      if keep_output else None)

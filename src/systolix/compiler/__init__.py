@@ -170,7 +170,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
                   pack_inputs: bool = True, pack_width: bool = True, estimate_gains: bool = True,
                   pipeline: bool = True, schedule: bool = True, batch: int | None = None,
                   fuse_pools: bool = True, fuse_preactivations: bool | None = None, merge_residual_convs: bool = True,
-                  merge_parts: bool = False,
+                  merge_parts: bool = True,
                   subsample_strided_reads: bool = True, split_maps: bool = True) -> CompiledModel | CompiledPartitionedModel:
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
     ``.tarch`` path or ``Architecture``).
@@ -212,8 +212,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     ``merge_parts``: sum each part of a long reduction (``split_maps``) beside its layer's tile,
     its weight blocks through the array into a second tile and its product added by a SIMD
     multiply, instead of in a layer of its own whose partial map goes through DRAM
-    (``systolix.hir_passes.merge_reduction_parts``; the same outputs, bit for bit). Off by
-    default: fewer clocks under the fitted model, more on our RTL on a small map (README).
+    (``systolix.hir_passes.merge_reduction_parts``; the same outputs, bit for bit; programs of
+    one image only).
     ``subsample_strided_reads``: compute a pointwise layer whose output only strided 1x1 convs read
     (a pre-activation batch norm and ReLU, a block's last 1x1 conv and residual add) at the pixels
     they read, or save such a tensor subsampled from its producer's tail

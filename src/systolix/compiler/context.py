@@ -57,10 +57,9 @@ class CompileContext:
     merge_residual_convs: bool = True
     """Compute two convs of the same geometry that a residual add sums as one layer accumulating
     both (``systolix.hir_passes.merge_residual_convs``)."""
-    merge_parts: bool = False
+    merge_parts: bool = True
     """Sum a reduction's parts beside its layer's tile instead of in layers of their own
-    (``systolix.hir_passes.merge_reduction_parts``). Off by default: faster under the fitted
-    model, slower on our RTL on the unit test's map (README, Latency)."""
+    (``systolix.hir_passes.merge_reduction_parts``; programs of one image)."""
     subsample_strided_reads: bool = True
     """Compute (or store) a tensor that only strided 1x1 convs read at the pixels they read
     (``systolix.hir_passes.subsample_strided_reads``)."""

@@ -17,6 +17,11 @@ those of the parts as layers.
 A part merges when it is a dense conv of its layer's geometry whose only post-op is its gain's
 undo (``Scale``) and whose output only that ``AddTensor`` reads. Runs last of the HIR passes: the
 gains' passes, ``tensor_exponents`` and ``estimate_ranges`` see the parts as layers.
+
+Not in batch programs: there images share each weight tile of a part as a layer, and the merged
+layer's bigger band and weights changed which plans share (YOLOv4-tiny at batch 4, fitted model:
+0.959x the clocks on the ultra96-v2 but 1.043x on the pynq-z1 and 1.008x on the arty-a7-35, its
+512-channel 6x6 convs up to 1.64x).
 """
 
 from __future__ import annotations
@@ -32,11 +37,6 @@ from systolix.ir.postops import PART_NODE, AddPart, AddTensor, Scale
 SIMD_SHARE = 8
 
 
-def _weight_vectors(inputs, groups: int, N: int, kernel) -> int:
-    """Vectors of a conv's weight blocks (dense, every block stored) and bias."""
-    return groups * (1 + sum(i.act.G * kernel[0] * kernel[1] * N for i in inputs))
-
-
 def _mergeable(part, layer: ConvLayer, readers: dict[int, int], outputs: set[int]) -> bool:
     return (isinstance(part, ConvLayer) and part.output.parent is None and id(part.output) not in outputs
             and readers.get(id(part.output), 0) == 1
@@ -49,9 +49,9 @@ def _mergeable(part, layer: ConvLayer, readers: dict[int, int], outputs: set[int
 
 
 def merge_reduction_parts(hir: HirProgram, ctx) -> HirProgram:
-    """The pass: every mergeable part into the layer that adds it (``ctx.merge_parts``, off by
-    default: none)."""
-    if not getattr(ctx, "merge_parts", False):
+    """The pass: every mergeable part into the layer that adds it (``ctx.merge_parts`` False, or
+    a batch program: none, see the module's note)."""
+    if not getattr(ctx, "merge_parts", True) or (getattr(ctx, "batch", None) or 1) > 1:
         return hir
     readers = reader_counts(hir)
     outputs = {id(a) for a in hir.outputs.values()}
@@ -70,18 +70,6 @@ def merge_reduction_parts(hir: HirProgram, ctx) -> HirProgram:
         # accumulators: no more parts than leave the tiles most of them (YOLOv4-tiny's 512-channel
         # conv in 16 parts on the 8x8 arty-a7-35 would take 960 of its 2,048).
         room = ctx.arch.accumulator_depth // SIMD_SHARE if ctx is not None else None
-        # In a batch program, images share a layer's weight tile, where its weights stay in local
-        # memory, all at once. Parts as layers of their own share theirs too; merged, a part's
-        # blocks load once for as many images as the second tile holds (one group each). So a
-        # batch program merges only where the layer's own weights already stream (YOLOv4-tiny's
-        # 512-channel 6x6 convs on the ultra96-v2 at batch 4: 0.77x the clocks). Where they fit,
-        # merged parts took more (its 256-channel 12x12 convs, four parts of 9,232 vectors each
-        # resident and shared: merged, 36,880 streamed image by image, 1.08x; the unit test's
-        # 6x6 map: 1.06x, each part block loaded twice).
-        batch = ctx is not None and (getattr(ctx, "batch", None) or 1) > 1
-        if batch and _weight_vectors(layer.inputs, layer.output.G, layer.output.N, layer.kernel) <= ctx.arch.local_depth // 2:
-            layers.append(layer)
-            continue
         for p in layer.post_ops:
             part = producer.get(id(p.operand)) if isinstance(p, AddTensor) and p.node == PART_NODE and p.stride == (1, 1) else None
             if part is not None and room is not None:

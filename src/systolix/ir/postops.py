@@ -191,10 +191,10 @@ class AddPart(PostOp):
         return c.per_channel(self.values)
 
     def emit(self, t, slot) -> None:
+        # The conv emitter has run the part's blocks into the second tile (``codegen.conv``).
         e = t.e
         for go in t.groups():
             scratch = t.acc_scratch + (go - t.go0) * t.per_group
-            t.part(self, go, scratch)
             e.simd(SimdOp.MOVE, 0, 0, 1, read=t.channel_constant(slot, go))
             base = t.group_base(go)
             for v in range(t.per_group):
