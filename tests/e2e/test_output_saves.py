@@ -63,3 +63,41 @@ def test_a_shared_tile_of_a_pixel_major_output_leaves_in_one_run_an_image(monkey
     assert sum(m.count for m in dram_saves(grouped) if m.target_stride == 16) == 4 * 16 * 36
     board = get_board("ultra96-v2")
     assert estimate(four.program, board).cycles < 0.9 * estimate(grouped.program, board).cycles
+
+
+def _pooled_concat(output_b: bool):
+    """Two 3x3 convs and ReLUs concatenated, then a 2x2 max pool and a 1x1 conv (a YOLOv4-tiny
+    block); ``a`` is also read by another conv, ``b`` only through the pool (unless ``output_b``:
+    then it is a model output too)."""
+    rng = np.random.default_rng(0)
+    inits = {k: rng.normal(0, 0.2, s).astype(np.float32) for k, s in
+             (("wa", (16, 16, 3, 3)), ("wb", (16, 16, 3, 3)), ("wc", (8, 32, 1, 1)), ("wd", (8, 16, 1, 1)))}
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["ha"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["ha"], ["a"]),
+             helper.make_node("Conv", ["x", "wb"], ["hb"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["hb"], ["b"]),
+             helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+             helper.make_node("MaxPool", ["c"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "wc"], ["y"]), helper.make_node("Conv", ["a", "wd"], ["z"])]
+    outputs = [("y", None), ("z", None)] + ([("b", None)] if output_b else [])
+    return make_model(nodes, [("x", [1, 16, 8, 8])], outputs, inits)
+
+
+def test_a_concat_slice_only_its_pooled_copy_reads_is_not_saved():
+    """``b``'s conv saves its pooled copy into the pool's output (``fuse_pools``); its own tile,
+    a slice of the concat nothing reads whole, is no longer saved (``codegen.emit``): it writes
+    the 16 vectors of its 4x4 pooled copy to DRAM, not the 64 of its 8x8 tile too (``a``'s conv,
+    read by another conv, writes both); the same outputs as where ``b`` is a model output too,
+    in fewer clocks."""
+    lean, full = (systolix.compile(_pooled_concat(o), "ultra96v2") for o in (False, True))
+
+    def written(compiled) -> dict[str, int]:
+        seg = compiled.summary.segments[0]
+        return {r.name: sum(i.count for i in seg.lir.instructions[r.first:r.end]
+                            if type(i) is Move and memory_of(i.target) == Memory.DRAM0) for r in seg.lir.layers}
+
+    assert written(lean)["Conv_0"] == 80 and written(lean)["Conv_2"] == 16
+    x = np.random.default_rng(1).normal(size=(1, 16, 8, 8)).astype(np.float32)
+    got_lean, got_full = lean.run({"x": x}), full.run({"x": x})
+    for name in "yz":
+        assert np.array_equal(got_lean[name], got_full[name])
+    board = get_board("ultra96-v2")
+    assert estimate(lean.program, board).cycles < estimate(full.program, board).cycles

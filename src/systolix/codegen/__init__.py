@@ -9,7 +9,6 @@ from systolix.codegen.movement import emit_maxpool, emit_pixelmix, emit_remap, e
 from systolix.codegen.matmul_tensors import emit_matmul_tensors
 from systolix.ir.hir import TensorMatMulLayer
 from systolix.codegen.transpose_tokens import emit_transpose_tokens
-from systolix.hir_passes.uses import reader_counts
 from systolix.ir.hir import TokenTransposeLayer
 from systolix.ir.hir import ConvLayer, MaxPoolLayer, PixelMixLayer, RemapLayer, ShuffleLayer
 from systolix.ir.layout import canonical_chw
@@ -38,16 +37,19 @@ def emit(plan: Plan, ctx) -> LirProgram:
     """The pass: every layer's instructions, in order, with the layer map."""
     e = Emitter(ctx.arch)
     hir = plan.hir
-    read = reader_counts(hir)
-    outputs = {id(a.root()[0]) for a in hir.outputs.values()}
+    # Everything any layer reads, and the program's outputs: a conv's output that none of them
+    # overlaps (a concat's slice only a fused pool reads, as YOLOv4-tiny's ``leaky_re_lu_5``) is
+    # not saved.
+    needed = [a for layer in hir.layers for a in layer.reads()] + list(hir.outputs.values())
     records = []
     progress = ctx.reporter("scheduling")
     for k, (layer, lp, c) in enumerate(zip(hir.layers, plan.layers, plan.constants.layers)):
         start = len(e.out)
         if isinstance(layer, ConvLayer):
             # A conv whose output nothing reads but through the copies its tail saves (strided:
-            # ``subsample_strided_reads``; pooled: ``fuse_strided_pools``) saves those alone.
-            keep = read.get(id(layer.output), 0) > 0 or id(layer.output) in outputs or layer.output.parent is not None
+            # ``subsample_strided_reads``; pooled: ``fuse_strided_pools``, ``fuse_pools``) saves
+            # those alone.
+            keep = any(a.overlaps(layer.output) for a in needed)
             emit_conv(layer, lp, c.data, plan.memory, e, keep_output=keep)  # every image of a batch program
         else:
             # Layers without weights to share run image after image.
