@@ -26,31 +26,32 @@ BOARD = get_board("ultra96-v2")
 CTX = CompileContext(ARCH, merge_parts=True)
 
 
-def _parts(extra_output: bool = False, part_post=None):
+def _parts(extra_output: bool = False, part_post=None, kernel: int = 3, side: int = 6):
     """A 3x3 conv over 64 channels at 6x6 in 4 parts of 16, each part's gain undone by its own
     ``Scale``, the last adding the others' partial maps before its ReLU (``split_long_reductions``'
     form), and the one layer ``merge_reduction_parts`` makes of them."""
     rng = np.random.default_rng(0)
-    x, y = Activation("x", 64, 6, 6, 16), Activation("y", 16, 6, 6, 16)
-    partials = [Activation(f"y part {j}", 16, 6, 6, 16) for j in (1, 2, 3)]
-    views = [Activation(f"x[{16 * j}:{16 * (j + 1)}]", 16, 6, 6, 16, parent=(x, j)) for j in range(4)]
-    inputs = [ConvInput(v, weights=rng.normal(0, 0.2, (16, 16, 3, 3)).astype(np.float32)) for v in views]
+    x, y = Activation("x", 64, side, side, 16), Activation("y", 16, side, side, 16)
+    partials = [Activation(f"y part {j}", 16, side, side, 16) for j in (1, 2, 3)]
+    views = [Activation(f"x[{16 * j}:{16 * (j + 1)}]", 16, side, side, 16, parent=(x, j)) for j in range(4)]
+    inputs = [ConvInput(v, weights=rng.normal(0, 0.2, (16, 16, kernel, kernel)).astype(np.float32)) for v in views]
     gains = [rng.uniform(0.1, 0.3, 16).astype(np.float32) for _ in range(4)]
     biases = [rng.normal(0, 0.05, 16).astype(np.float32) for _ in range(4)]
-    geometry = dict(pads=(1, 1, 1, 1), ops=["Conv", "Relu"], nodes=["conv", "relu"], macs=16 * 16 * 9 * 36)
-    parts = [ConvLayer(f"conv [{16 * j}:{16 * (j + 1)}]", [inputs[j]], partials[j], biases[j], (3, 3),
+    pads = (1, 1, 1, 1) if kernel == 3 else (0, 0, 0, 0)
+    geometry = dict(pads=pads, ops=["Conv", "Relu"], nodes=["conv", "relu"], macs=16 * 16 * kernel * kernel * side * side)
+    parts = [ConvLayer(f"conv [{16 * j}:{16 * (j + 1)}]", [inputs[j]], partials[j], biases[j], (kernel, kernel),
                        post_ops=[Scale(gains[j])] + ([Relu()] if part_post == j else []), **geometry) for j in range(3)]
-    last = ConvLayer("conv [48:64]", [inputs[3]], y, biases[3], (3, 3),
+    last = ConvLayer("conv [48:64]", [inputs[3]], y, biases[3], (kernel, kernel),
                      post_ops=[Scale(gains[3])] + [AddTensor(p, node=PART_NODE) for p in partials] + [Relu(node="relu")],
                      **geometry)
     outputs = {"y": y} | ({"p": partials[1]} if extra_output else {})
-    before = HirProgram("m", 16, parts + [last], {"x": x}, outputs, {"x": (1, 64, 6, 6)},
-                        {k: (1, 16, 6, 6) for k in outputs})
+    before = HirProgram("m", 16, parts + [last], {"x": x}, outputs, {"x": (1, 64, side, side)},
+                        {k: (1, 16, side, side) for k in outputs})
     adds = [AddPart(inputs=(1 + j,), sources=[inputs[j]], bias=biases[j], values=gains[j], part=parts[j].name,
-                    geometry=((3, 3), (1, 1), (1, 1), (1, 1, 1, 1)), node=PART_NODE) for j in range(3)]
-    merged = ConvLayer("conv [48:64]", [inputs[3]] + inputs[:3], y, biases[3], (3, 3),
+                    geometry=((kernel, kernel), (1, 1), (1, 1), pads), node=PART_NODE) for j in range(3)]
+    merged = ConvLayer("conv [48:64]", [inputs[3]] + inputs[:3], y, biases[3], (kernel, kernel),
                        post_ops=[Scale(gains[3])] + adds + [Relu(node="relu")], **(geometry | {"macs": 4 * geometry["macs"]}))
-    after = HirProgram("m", 16, [merged], {"x": x}, outputs, {"x": (1, 64, 6, 6)}, {k: (1, 16, 6, 6) for k in outputs})
+    after = HirProgram("m", 16, [merged], {"x": x}, outputs, {"x": (1, 64, side, side)}, {k: (1, 16, side, side) for k in outputs})
     return before, after
 
 
@@ -71,6 +72,11 @@ def test_a_part_read_elsewhere_or_with_more_post_ops_stays_a_layer():
     before, _ = _parts(part_post=0)  # part 1 has a ReLU of its own
     after = merge_reduction_parts(before, CTX)
     assert [p.kind for p in after.layers[-1].post_ops] == ["mul", "add", "add_part", "add_part", "relu"]
+    # A 1x1 conv streams its whole input through each weight block: merged, a band of every part's
+    # channels would not fit local memory (20,480 vectors) past the third 80x80 map.
+    before, _ = _parts(kernel=1, side=80)
+    after = merge_reduction_parts(before, CTX)
+    assert [p.kind for p in after.layers[-1].post_ops] == ["mul", "add_part", "add_part", "add", "relu"]
     before, _ = _parts()
     assert same(merge_reduction_parts(before, CompileContext(ARCH, merge_parts=False)), before)
     assert same(merge_reduction_parts(before, CompileContext(ARCH, batch=4)), before)  # batch programs: parts as layers

@@ -18,6 +18,13 @@ A part merges when it is a dense conv of its layer's geometry whose only post-op
 undo (``Scale``) and whose output only that ``AddTensor`` reads. Runs last of the HIR passes: the
 gains' passes, ``tensor_exponents`` and ``estimate_ranges`` see the parts as layers.
 
+A 1x1 conv merges no more parts than leave its whole input (every part's channels, every row)
+within local memory: it streams that band through each weight block, and a band that does not fit
+holds fewer rows, in more stages, each streaming the weights again (ResNet-50 v2's 1x1 convs over
+1,024 channels at 14x14 on the 8x8 arty-a7-35 took up to 1.34x the fitted clocks merged, the model
+1.063x on our RTL; with the limit, even). A 3x3 conv merges regardless: its merged bands cost less
+than they stream (ResNet-50 v2's 56x56 convs on the same board, 0.92x).
+
 Not in batch programs: there images share each weight tile of a part as a layer, and the merged
 layer's bigger band and weights changed which plans share (YOLOv4-tiny at batch 4, fitted model:
 0.959x the clocks on the ultra96-v2 but 1.043x on the pynq-z1 and 1.008x on the arty-a7-35, its
@@ -35,6 +42,20 @@ from systolix.ir.postops import PART_NODE, AddPart, AddTensor, Scale
 
 # The share of the accumulators the merged parts' SIMD constants may take, as a divisor.
 SIMD_SHARE = 8
+
+
+def _row_need(layer: ConvLayer, inputs) -> int:
+    """Local memory for one output row of the layer reading ``inputs`` (its input rows, a staging
+    row, a weight block): parts made because a layer was too wide for local memory
+    (``split_wide_inputs``) stay apart, and a merged layer keeps half of local memory for a
+    row's stage (a lock half)."""
+    rows = (layer.kernel[0] - 1) * layer.dilation[0] + 1
+    return rows * sum(i.act.G * i.act.W for i in inputs) + layer.output.W + layer.output.N + 1
+
+
+def _band(inputs) -> int:
+    """Vectors of every input's every row (a 1x1 conv's whole band: the module's note)."""
+    return sum(i.act.G * i.act.H * i.act.W for i in inputs)
 
 
 def _mergeable(part, layer: ConvLayer, readers: dict[int, int], outputs: set[int]) -> bool:
@@ -74,7 +95,8 @@ def merge_reduction_parts(hir: HirProgram, ctx) -> HirProgram:
             part = producer.get(id(p.operand)) if isinstance(p, AddTensor) and p.node == PART_NODE and p.stride == (1, 1) else None
             if part is not None and room is not None:
                 room -= layer.output.G
-                if room < 0:
+                if (room < 0 or (layer.kernel == (1, 1) and _band(inputs + part.inputs) > ctx.arch.local_depth)
+                        or _row_need(layer, inputs + part.inputs) > ctx.arch.local_depth // 2):
                     part = None
             if part is None or id(part) in merged or not _mergeable(part, layer, readers, outputs):
                 post_ops.append(p)
