@@ -22,8 +22,10 @@ A 1x1 conv merges no more parts than leave its whole input (every part's channel
 within local memory: it streams that band through each weight block, and a band that does not fit
 holds fewer rows, in more stages, each streaming the weights again (ResNet-50 v2's 1x1 convs over
 1,024 channels at 14x14 on the 8x8 arty-a7-35 took up to 1.34x the fitted clocks merged, the model
-1.063x on our RTL; with the limit, even). A 3x3 conv merges regardless: its merged bands cost less
-than they stream (ResNet-50 v2's 56x56 convs on the same board, 0.92x).
+1.063x on our RTL; with the limit, 1.000x fitted and 1.010x on our RTL). A 3x3 conv's band is not
+limited so: its merged bands cost less than they stream (ResNet-50 v2's 56x56 convs on the same
+board, 0.92x). For any kernel, one output row of the merged layer must fit a lock half
+(``_row_need``).
 
 Not in batch programs: there images share each weight tile of a part as a layer, and the merged
 layer's bigger band and weights changed which plans share (YOLOv4-tiny at batch 4, fitted model:
