@@ -174,17 +174,16 @@ class AddPart(PostOp):
     bias: np.ndarray = None
     values: np.ndarray = None
     part: str = ""
+    geometry: tuple = ()
+    """``(kernel, stride, dilation, pads)`` of the layer (a part shares its layer's)."""
     kind: ClassVar[str] = "add_part"
     tile_copies: ClassVar[int] = 2
 
     def evaluate(self, acc, read):
         from systolix.ir.evaluate import conv_sum
 
-        geometry = self.geometry
-        return acc + _channels(self.values) * conv_sum(self.sources, self.bias, *geometry, acc.shape[-2], acc.shape[-1], read)
-
-    geometry: tuple = ()
-    """``(kernel, stride, dilation, pads)`` of the layer (a part shares its layer's)."""
+        part = conv_sum(self.sources, self.bias, *self.geometry, acc.shape[-2], acc.shape[-1], read)
+        return acc + _channels(self.values) * part
 
     def constants(self, c):
         # The bias vectors go in the weights' part of the image (``conv_constants``).

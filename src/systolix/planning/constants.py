@@ -96,19 +96,11 @@ def conv_blocks(layer: ConvLayer, b: ImageBuilder):
             return rows  # a phase's block reads every packed pixel of its rows
         return rows and kw * dw >= pl and (out.W - 1) * sw + kw * dw - pl <= W - 1
 
-    # A part summed apart (``postops.AddPart``) has its own blocks, after the layer's own: its own
-    # covering block goes first among them, to carry its bias.
+    # A part summed apart (``postops.AddPart``) has its own blocks, after the layer's own, and its
+    # own covering block first among them, to carry its bias.
     parts = [set(p.inputs) for p in layer.post_ops if p.kind == "add_part"]
     own = set(range(len(layer.inputs))) - set().union(*parts)
     for go, blocks in enumerate(per_go):
-        if parts:
-            segments = [[blk for blk in blocks if blk[0] in inputs] for inputs in [own] + parts]
-            for segment in segments:
-                j = next((j for j, blk in enumerate(segment) if covers(*blk[:3])), None)
-                if j:
-                    segment.insert(0, segment.pop(j))
-            blocks[:] = [blk for segment in segments for blk in segment]
-            continue
         if layer.phases > 1:
             # One covering block a phase, phase by phase: each writes its phase's outputs.
             firsts = [next((j for j, blk in enumerate(blocks) if blk[2] == i and covers(*blk[:3])), None)
@@ -117,53 +109,59 @@ def conv_blocks(layer: ConvLayer, b: ImageBuilder):
                 front = [blocks[j] for j in firsts]
                 blocks[:] = front + [blk for j, blk in enumerate(blocks) if j not in firsts]
             continue
-        j = next((j for j, blk in enumerate(blocks) if covers(*blk[:3])), None)
-        if j:
-            blocks.insert(0, blocks.pop(j))
-    padded = np.zeros(Go * N, np.float32)
-    padded[: len(layer.bias)] = layer.bias
-    return per_go, b.q(padded).reshape(Go, N)
+        segments = [[blk for blk in blocks if blk[0] in inputs] for inputs in [own] + parts]
+        for segment in segments:
+            j = next((j for j, blk in enumerate(segment) if covers(*blk[:3])), None)
+            if j:
+                segment.insert(0, segment.pop(j))
+        blocks[:] = [blk for segment in segments for blk in segment]
+    return per_go, _group_vectors(layer.bias, Go, b)
+
+
+def _group_vectors(values, groups: int, b: ImageBuilder) -> np.ndarray:
+    """Per-channel values as ``groups`` rounded vectors (padding lanes zero)."""
+    padded = np.zeros(groups * b.N, np.float32)
+    padded[: len(values)] = values
+    return b.q(padded).reshape(groups, b.N)
 
 
 def conv_constants(layer: ConvLayer, b: ImageBuilder) -> ConvConstants:
     per_go, bias = conv_blocks(layer, b)
     # Each part summed apart stores its bias vector right before its first block (``conv_blocks``
     # put its blocks after the layer's own), so that a chunk of its weights starts with it.
-    part_inputs = [set(p.inputs) for p in layer.post_ops if p.kind == "add_part"]
-    part_bias = [b.q(_padded(p.bias, layer.output.G * b.N)).reshape(layer.output.G, b.N)
-                 for p in layer.post_ops if p.kind == "add_part"]
+    part_ops = [p for p in layer.post_ops if p.kind == "add_part"]
+    part_of = {i: k for k, p in enumerate(part_ops) for i in p.inputs}
+    part_bias = [_group_vectors(p.bias, layer.output.G, b) for p in part_ops]
     addresses = []
     part_addresses = []
     stored = 0
     for go, blocks in enumerate(per_go):
-        parts = [bias[go][None, :]]
+        vectors = [bias[go][None, :]]
+        size = 1  # vectors so far
         addrs: list[int] = []
-        at = [0] * len(part_inputs)
+        at = [0] * len(part_ops)
         for j, block in enumerate(blocks):
-            starts = next((k for k, inputs in enumerate(part_inputs) if block[0] in inputs and (j == 0 or blocks[j - 1][0] not in inputs)), None)
-            if starts is not None:
-                at[starts] = sum(len(p) for p in parts)
-                parts.append(part_bias[starts][go][None, :])
-            if j and starts is None and np.array_equal(block[4], blocks[j - 1][4]):
+            k = part_of.get(block[0])
+            starts = k is not None and (j == 0 or part_of.get(blocks[j - 1][0]) != k)
+            if starts:
+                at[k] = size
+                vectors.append(part_bias[k][go][None, :])
+                size += 1
+            if j and not starts and np.array_equal(block[4], blocks[j - 1][4]):
                 addrs.append(addrs[-1])
             else:
-                addrs.append(sum(len(p) for p in parts))
-                parts.append(block[4])
-        base = b.add(np.concatenate(parts, axis=0))
+                addrs.append(size)
+                vectors.append(block[4])
+                size += b.N
+        base = b.add(np.concatenate(vectors, axis=0))
         addresses.append((base, [base + a for a in addrs]))
         part_addresses.append([base + a for a in at])
-        stored += sum(len(p) for p in parts)
+        stored += size
     sink = ConstantSink(b.N, layer.output.G, b.q, b.add)
     slots = [p.constants(sink) for p in layer.post_ops]
     simd_offset = b.add(np.array(sink.vectors)) if sink.vectors else -1
     return ConvConstants([[blk[:4] for blk in blocks] for blocks in per_go], addresses, stored, slots, len(sink.vectors),
-                         simd_offset, part_addresses if part_inputs else [])
-
-
-def _padded(values, n: int) -> np.ndarray:
-    out = np.zeros(n, np.float32)
-    out[: len(values)] = values
-    return out
+                         simd_offset, part_addresses if part_ops else [])
 
 
 def pixelmix_constants(layer: PixelMixLayer, b: ImageBuilder) -> PixelMixConstants:
