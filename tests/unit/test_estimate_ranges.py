@@ -226,3 +226,23 @@ def test_a_global_average_does_not_saturate_while_its_inputs_stay_in_their_stati
         np.testing.assert_allclose(got["y"].reshape(c), levels, atol=4 * LSB)
     else:
         assert np.any(saturated) and abs(float(got["y"].reshape(c)[0]) - 10.0) > 1.0
+
+
+def test_a_small_model_runs_more_synthetic_inputs_and_its_ranges_see_them():
+    # A one-pixel layer's spread comes from one value a run: a small model runs as many as
+    # ESTIMATE_MACS allows (up to MAX_RUNS), a large one RUNS; the range says how many it saw.
+    from systolix.hir_passes.estimate_ranges import ESTIMATE_MACS, MAX_RUNS, RUNS, estimate, synthetic_runs
+
+    def dense(inputs: int, outputs: int, pixels: int = 1) -> HirProgram:
+        x = Activation("x", inputs, pixels, 1, 8)
+        y = Activation("y", outputs, pixels, 1, 8)
+        w = np.random.default_rng(0).standard_normal((outputs, inputs, 1, 1)).astype(np.float32) * 0.1
+        layer = ConvLayer("fc", [ConvInput(x, weights=w)], y, np.zeros(outputs, np.float32), (1, 1),
+                          macs=inputs * outputs * pixels)
+        return _program(layer, x, y)
+
+    small, middle = dense(16, 8), dense(64, 64, ESTIMATE_MACS // (64 * 64 * 20))
+    large = dense(64, 64, ESTIMATE_MACS // (64 * 64 * 4))
+    assert synthetic_runs(small) == MAX_RUNS and synthetic_runs(large) == RUNS
+    assert RUNS < synthetic_runs(middle) == ESTIMATE_MACS // middle.layers[0].macs < MAX_RUNS
+    assert estimate(small)[0].observations == MAX_RUNS

@@ -122,7 +122,8 @@ def test_a_plain_split_leaves_the_ranges_a_fresh_estimate_of_its_parts_gives(mon
     ctx = CompileContext(ARCH, estimate_gains=True)
     after = split_long_reductions(before, ctx)
     assert len(after.layers) > 3 and after.layers[0] is body
-    fresh = estimate(after)
+    with estimate_ranges_module.one_blas_thread():  # as both passes run it: the same sums in the same order
+        fresh = estimate(after)
     assert sorted(after.ranges) == sorted(fresh) == list(range(len(after.layers)))
     for index, seen in fresh.items():
         kept = after.ranges[index]
