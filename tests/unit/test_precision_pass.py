@@ -373,6 +373,8 @@ def test_compile_reports_calibration_and_scheduling_progress():
     seen: dict[str, list[tuple[int, int]]] = {}
     compile_model(m, ARCH, name="cbr", calibration={"x": rng.normal(size=(3, 1, 5, 7, 6)).astype(np.float32)},
                   progress=lambda what, done, total: seen.setdefault(what, []).append((done, total)))
-    assert list(seen) == ["calibrating cbr", "scheduling cbr"]
-    assert seen["calibrating cbr"] == [(1, 3), (2, 3), (3, 3)]  # one float run per sample
+    assert list(seen) == ["calibrating cbr", "scheduling cbr", "correcting output offsets"]
+    # One float run per sample: the second run (the outputs' offsets taken out) takes the first's ranges.
+    assert seen["calibrating cbr"] == [(1, 3), (2, 3), (3, 3)]
+    assert seen["correcting output offsets"] == [(0, 1), (1, 1)]
     assert seen["scheduling cbr"][-1][0] == seen["scheduling cbr"][-1][1]

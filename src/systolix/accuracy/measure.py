@@ -332,8 +332,11 @@ def measure(model: Any, arch: Any, *, inputs: Any = None, count: int = 32, seed:
     layer_reports: list[LayerAccuracy] = []
     if layers:
         step("compiling with intermediate outputs", 0, 1)
+        # The offsets the compile took out of its outputs, and no others (an intermediate tensor is
+        # an output here only to be read).
         instrumented = compile_model(with_outputs(onnx_model, tensors, shapes), arch, calibration=samples,
-                                     name=getattr(compiled, "name", None), estimate_gains=estimate_gains)
+                                     name=getattr(compiled, "name", None), estimate_gains=estimate_gains,
+                                     output_offsets=compiled.summary.output_offsets if samples is not None else None)
         step("compiling with intermediate outputs", 1, 1)
         inner, _, _ = run_compiled(instrumented, items, progress, "running with intermediate outputs")
         identical = all(np.array_equal(inner[n], ours_out[n]) for n in output_names)

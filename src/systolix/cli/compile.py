@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -64,6 +65,11 @@ def summary_tables(summary) -> list[Table]:
                                             f"(calibrated on {summary.calibration_samples} samples)")
         totals.add_row("rounded weights", f"{len(summary.rounded)} of {summary.conv_layers} conv layers rounded to fit the "
                                           "samples (GPTQ), the rest to nearest")
+        if summary.output_offsets:
+            lsb = summary.arch.data_type.resolution
+            rms = {k: float(np.sqrt(np.mean(np.square(v)))) / lsb for k, v in summary.output_offsets.items()}
+            totals.add_row("output offsets", ", ".join(f"{k}: {v:.2f} LSB RMS" for k, v in rms.items())
+                           + " (each channel's mean error on the samples, taken out of its bias; --no-correct-offsets: kept)")
     elif summary.gains:
         totals.add_row("amplified weights", f"{len(summary.gains)} of {summary.conv_layers} conv layers{span} "
                                             "(estimated from the model itself; --no-estimate-gains: none)")
@@ -163,6 +169,10 @@ def compile_command(
                                        help="Sum every conv's reduction over a map whole (by default a long one is summed "
                                             "in parts with gains of their own, for less rounding error at a few percent of "
                                             "its time)."),
+    no_correct_offsets: bool = typer.Option(False, "--no-correct-offsets",
+                                            help="With --calibrate, compile once (by default the samples run through the "
+                                                 "compiled program and it is compiled again with each output channel's mean "
+                                                 "error on them taken out of its bias)."),
     batch: int = typer.Option(None, "--batch", "-b", min=1, max=1024,
                               help="Images one program runs (1 to 1024): each weight tile loaded into the array streams every "
                                    "image (default 1, or the batch the model's inputs fix). The inputs and outputs hold the "
@@ -195,7 +205,7 @@ def compile_command(
         task = progress.add_task(f"compiling {model.name}", total=None)
 
         def on_step(what: str, done: int, total: int) -> None:
-            unit = "float runs" if what.startswith("calibrating") else "layers"
+            unit = "float runs" if what.startswith("calibrating") else "steps" if what.startswith("correcting") else "layers"
             progress.update(task, description=f"{what} ({unit})", completed=done, total=total)
 
         compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_step,
@@ -204,7 +214,8 @@ def compile_command(
                                  batch=batch, fuse_pools=not no_fuse_pools,
                                  fuse_preactivations=fuse_preact, merge_residual_convs=not no_merge_residual_convs,
                                  merge_parts=not no_merge_parts,
-                                 subsample_strided_reads=not no_subsample_strided_reads, split_maps=not no_split_maps)
+                                 subsample_strided_reads=not no_subsample_strided_reads, split_maps=not no_split_maps,
+                                 correct_offsets=not no_correct_offsets)
     path = compiled.save(output)
     if quiet:
         console.print(str(path))

@@ -27,6 +27,7 @@ from systolix.compiler.calibration import calibration_samples
 from systolix.compiler.context import CompileContext
 from systolix.compiler.driver import run_passes
 from systolix.compiler.errors import UnsupportedOpError
+from systolix.compiler.output_offsets import measure_output_offsets
 from systolix.compiler.program import Program, Segment
 from systolix.errors import SystolixError
 from systolix.frontend import FrontendError, graph_from_model, import_onnx
@@ -71,6 +72,9 @@ class CompileSummary:
     batch: int = 1
     """images each program runs (``--batch``); ``macs`` counts all of them"""
     unfused_pools: str | None = None
+    output_offsets: dict[str, Any] = field(default_factory=dict)
+    """calibrated compiles: per model output, each channel's mean error on the samples (real
+    scale) that ``systolix.hir_passes.correct_output_offsets`` took out of its bias"""
     """why max pools were not fused into the convs before them (``fuse_pools`` asked for but a
     tile too small for a pool window), or None"""
 
@@ -171,7 +175,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
                   pipeline: bool = True, schedule: bool = True, batch: int | None = None,
                   fuse_pools: bool = True, fuse_preactivations: bool | None = None, merge_residual_convs: bool = True,
                   merge_parts: bool = True,
-                  subsample_strided_reads: bool = True, split_maps: bool = True) -> CompiledModel | CompiledPartitionedModel:
+                  subsample_strided_reads: bool = True, split_maps: bool = True,
+                  correct_offsets: bool = True, output_offsets: dict | None = None) -> CompiledModel | CompiledPartitionedModel:
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) for ``arch`` (preset name,
     ``.tarch`` path or ``Architecture``).
 
@@ -222,6 +227,11 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     parts' saves and adds cost at most ``MAP_PART_COST`` of its MatMuls
     (``systolix.hir_passes.split_long_reductions``; ``False``: every map's reduction whole, a few
     percent faster and less accurate; one-pixel heads are split either way).
+    ``correct_offsets``: with ``calibration``, run the samples through the compiled program and
+    compile again with each output's mean error on them taken out of its layer's bias
+    (``systolix.hir_passes.correct_output_offsets``; ``False``: one compile, as before).
+    ``output_offsets``: take these out instead (another compile's ``summary.output_offsets``, say
+    of the same model with more outputs: ``systolix accuracy``'s per-layer compile), in one run.
     ``batch``: images one program runs (1 to ``systolix.compiler.batch.MAX_BATCH``), each weight
     tile streaming all of them; default 1, or the batch the model's inputs fix (a model exported
     with batch 4 compiles as a batch-4 program). The outputs are bit for bit the batch-1 program's.
@@ -249,23 +259,46 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         stem = Path(source).stem if not isinstance(model_or_path, (onnx.ModelProto, bytes, bytearray)) else (graph.name or "model")
         name = f"{_safe_name(stem)}_{_safe_name(str(arch.array_size))}x{arch.array_size}"
     samples = None if calibration is None else calibration_samples(calibration, graph)
-    def context(fuse_pools: bool) -> CompileContext:
+    correcting = samples is not None and correct_offsets and output_offsets is None and arch.data_type.is_fixed
+    memo: dict | None = {} if correcting else None
+
+    def context(fuse_pools: bool, output_offsets: dict | None = None) -> CompileContext:
         return CompileContext(arch, strategy, samples, host, split, listing, name, progress=progress, onnx_model=onnx_model,
                               pack_inputs=pack_inputs, pack_width=pack_width, estimate_gains=estimate_gains, pipeline=pipeline,
                               schedule=schedule, batch=batch, fuse_pools=fuse_pools,
                               fuse_preactivations=fuse_preactivations, merge_residual_convs=merge_residual_convs,
-                              merge_parts=merge_parts, subsample_strided_reads=subsample_strided_reads, split_maps=split_maps)
+                              merge_parts=merge_parts, subsample_strided_reads=subsample_strided_reads, split_maps=split_maps,
+                              output_offsets=output_offsets, memo=memo)
 
-    ctx = context(fuse_pools)
+    ctx = context(fuse_pools, output_offsets)
     unfused_pools = None
     try:
-        program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
+        program = run_passes(graph, ctx, dump_dir=None if correcting else dump_ir, check=dump_ir is not None)
     except PoolWindowsDoNotFit as e:
         # A fused pool needs whole windows in a tile; where a layer's tile holds fewer rows (a
         # case fuse_pools' band estimate missed) the pools stay layers of their own, as before fusion.
         unfused_pools = e.reason
-        ctx = context(False)
+        ctx = context(False, output_offsets)
+        program = run_passes(graph, ctx, dump_dir=None if correcting else dump_ir, check=dump_ir is not None)
+    obj = _compiled(name, arch, strategy, source, program, samples, ctx, unfused_pools, batch, started)
+    obj.summary.output_offsets = dict(output_offsets or {})
+    if correcting:
+        if progress:
+            progress("correcting output offsets", 0, 1)
+        offsets = measure_output_offsets(obj, onnx_model, graph, samples)
+        # The same passes again (the memoised ones' IRs taken as they were), the offsets taken out.
+        ctx = context(ctx.fuse_pools, offsets)
         program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
+        obj = _compiled(name, arch, strategy, source, program, samples, ctx, unfused_pools, batch, started)
+        obj.summary.output_offsets = offsets
+        if progress:
+            progress("correcting output offsets", 1, 1)
+    return obj
+
+
+def _compiled(name: str, arch: Architecture, strategy: str, source: str, program: Program, samples, ctx,
+              unfused_pools: str | None, batch: int, started: float) -> CompiledModel | CompiledPartitionedModel:
+    """The compiled model of the passes' ``program``: its files, manifest and summary."""
     graph = program.graph  # (a layer too large for DRAM1 is split into several nodes)
     segments = program.segments
     placement = {}

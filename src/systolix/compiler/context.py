@@ -72,6 +72,12 @@ class CompileContext:
     estimate_gains: bool = True
     """Plain compiles: amplify weights by gains from ranges estimated from the model itself
     (``systolix.hir_passes.estimate_ranges``); ``False``: no gains without calibration data."""
+    output_offsets: dict | None = None
+    """Calibrated compiles, their second run: per model output, each channel's mean error on the
+    samples, for ``systolix.hir_passes.correct_output_offsets`` to take out."""
+    memo: dict | None = None
+    """The IRs ``MEMOISED`` passes returned, by (pass, segment): a second run of the same compile
+    (``output_offsets``) takes them instead of running them again (the calibration's float runs)."""
 
     def reporter(self, step: str) -> Callable[[int, int], None] | None:
         """``progress`` for one step of this segment (``"calibrating"``, ``"scheduling"``), or None."""

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from systolix.artifacts import write_text_atomic
-from systolix.compiler.passes import MODEL, PASSES, Pass
+from systolix.compiler.passes import MEMOISED, MODEL, PASSES, Pass
 from systolix.compiler.program import Program, Segment
 from systolix.compiler.verify import verify
 from systolix.ir import Graph
@@ -56,7 +56,13 @@ class Driver:
         for index in range(seg.done + 1, upto + 1):
             p = self.passes[index]
             if p.scope != MODEL:
-                seg.ir = p.run(seg.ir, ctx)
+                key = (p.name, seg.name)
+                if ctx.memo is not None and p.name in MEMOISED and key in ctx.memo:
+                    seg.ir = ctx.memo[key]
+                else:
+                    seg.ir = p.run(seg.ir, ctx)
+                    if ctx.memo is not None and p.name in MEMOISED:
+                        ctx.memo[key] = seg.ir
                 if isinstance(seg.ir, HirProgram):
                     seg.hir = seg.ir
                 elif isinstance(seg.ir, Plan):

@@ -11,7 +11,7 @@
                  [separate averages, split long reductions, estimate ranges, tensor exponents,
                   amplify weights, correct biases: plain compiles (estimated gains, the default)]
                  [separate averages, split long reductions, measure ranges, tensor exponents,
-                  amplify weights, round weights: calibrated compiles], pack inputs, fuse strided pools, fuse preactivations,
+                  amplify weights, round weights, correct output offsets: calibrated compiles], pack inputs, fuse strided pools, fuse preactivations,
                  pack width, merge post-ops--> HIR --place constants--> Plan
     Program --split constants--> Program
     per segment: Plan --allocate memory, tile layers--> Plan --emit--> LIR
@@ -31,6 +31,7 @@ from systolix.compiler.placement import place_on_host
 from systolix.compiler.segments import partition_graph, split_constants
 from systolix.hir_passes.amplify_weights import amplify_weights
 from systolix.hir_passes.correct_biases import correct_biases
+from systolix.hir_passes.correct_output_offsets import correct_output_offsets
 from systolix.hir_passes.eliminate_dead_layers import eliminate_dead_layers
 from systolix.hir_passes.estimate_ranges import estimate_ranges
 from systolix.hir_passes.fold_batch_norms import fold_batch_norms
@@ -56,6 +57,9 @@ from systolix.planning.constants import place_constants
 from systolix.planning.tiling import tile_layers
 
 MODEL, SEGMENT = "model", "segment"
+# Passes whose IRs a second run of the same compile takes from the first (``CompileContext.memo``):
+# the calibration's float runs and the weights' rounding from them, most of a calibrated compile.
+MEMOISED = ("measure ranges", "round weights")
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,7 @@ PASSES = (
     Pass("amplify weights", amplify_weights, SEGMENT),
     Pass("correct biases", correct_biases, SEGMENT),
     Pass("round weights", round_weights, SEGMENT),
+    Pass("correct output offsets", correct_output_offsets, SEGMENT),
     Pass("pack inputs", pack_inputs, SEGMENT),
     Pass("fuse strided pools", fuse_strided_pools, SEGMENT),
     Pass("fuse preactivations", fuse_preactivations, SEGMENT),

@@ -15,19 +15,8 @@ own sum rounded (``balanced_taps``: the nearest grid point for each, but, where 
 would add up past half a step, those nearest the middle of two points go the other way). Every
 tap of an input channel reads the same mean (a channel's mean is the same at every pixel), so that
 mean times the taps' summed error is what biases the output; balanced, it is at most half a step
-instead of about ``sqrt(taps)`` times the nearest-point rounding's, whatever the means are.
-
-Dense weights are balanced across input channels as well (``balanced_taps``' ``channel_axis``):
-each input channel's taps sum to their sum rounded up or down, and an output's channels to their
-whole sum rounded half up. The means the bias correction uses are estimates, and where they err
-alike on many channels (the same ReLU'd distribution, a batch norm's statistics fitted to other
-inputs) the error left is the rounding errors' sum times that common part: balanced across the
-channels it is at most half a step (and a 1x1 or dense layer, one tap a channel, no longer
-takes the nearest points). Plain compiles, ``ultra96v2``, ``benchmarks/bench_accuracy.py``'s 64 random
-normal inputs, the outputs' RMS over the format limit's, mean over the estimate's seeds 0 to 5
-(``estimate_ranges.SEED``), before and after: the MobileNetV2 stack x1.78 -> x1.59, ResNet-20 v2
-x1.91 -> x1.82, the MLP x1.76 -> x1.81; the untuned models (never tuned on) the same within 0.04
-(the audio net x1.43 -> x1.39, the separable net x1.05 -> x1.07).
+instead of about ``sqrt(taps)`` times the nearest-point rounding's, whatever the means are. A
+1x1 or dense layer has one tap a channel: its rounding is the nearest point's.
 
 Runs after ``amplify_weights`` (the amplified weights are the ones rounded); the weights are left
 on the grid, so that placing the constants rounds them no further.
@@ -54,32 +43,16 @@ from systolix.ir.hir import ConvInput, ConvLayer, HirProgram
 SHARE = 1.0
 
 
-def balanced_taps(w: np.ndarray, dtype, tap_axes: tuple[int, ...], channel_axis: int | None = None) -> np.ndarray:
+def balanced_taps(w: np.ndarray, dtype, tap_axes: tuple[int, ...]) -> np.ndarray:
     """``w`` on ``dtype``'s grid, each group of taps (the values sharing every index but
     ``tap_axes``) summing to its own sum rounded half up: each value goes to the grid point below
-    it, and of each group as many as that sum needs go up, those with the largest remainders.
-    With ``channel_axis`` (an axis of ``w`` other than ``tap_axes``: the input channels), the
-    groups' sums are balanced across it the same way: each group's sum goes to the grid point
-    below or above it, and the groups of one output (every index but ``channel_axis`` and
-    ``tap_axes``) add up to their whole sum rounded half up."""
+    it, and of each group as many as that sum needs go up, those with the largest remainders."""
     one = float(dtype.one)
     scaled = np.moveaxis(np.asarray(w, np.float64) * one, tap_axes, tuple(range(-len(tap_axes), 0)))
     groups = scaled.reshape(scaled.shape[:scaled.ndim - len(tap_axes)] + (-1,))
     below = np.floor(groups)
     remainder = groups - below
-    sums = groups.sum(-1)
-    if channel_axis is None:
-        targets = np.floor(sums + 0.5)
-    else:
-        # The channel axis's place among the groups' axes (the taps moved last, then merged).
-        axis = channel_axis - sum(1 for t in tap_axes if t < channel_axis)
-        base = np.floor(sums)
-        fractions = np.moveaxis(sums - base, axis, -1)
-        # 0 to channels: how many of one output's groups go up, those with the largest fractions.
-        channel_ups = np.floor(np.moveaxis(sums, axis, -1).sum(-1) + 0.5) - np.moveaxis(base, axis, -1).sum(-1)
-        order = np.argsort(np.argsort(-fractions, axis=-1, kind="stable"), axis=-1, kind="stable")
-        targets = base + np.moveaxis(order < channel_ups[..., None], -1, axis)
-    ups = targets - below.sum(-1)  # 0 to taps: how many of the group go up
+    ups = np.floor(groups.sum(-1) + 0.5) - below.sum(-1)  # 0 to taps: how many of the group go up
     rank = np.argsort(np.argsort(-remainder, axis=-1, kind="stable"), axis=-1, kind="stable")
     rounded = np.clip(below + (rank < ups[..., None]), dtype.min_int, dtype.max_int) / one
     return np.moveaxis(rounded.reshape(scaled.shape), tuple(range(-len(tap_axes), 0)), tap_axes).astype(np.float32)
@@ -101,8 +74,7 @@ def corrected(layer: ConvLayer, means: list[np.ndarray], exponents: list[int], d
     inputs = []
     for inp, mean, e in zip(layer.inputs, means, exponents):
         w = inp.coefficients
-        # Dense weights: balanced across the input channels too (a depthwise output reads one).
-        rounded = balanced_taps(w, dtype, _tap_axes(layer, inp), 1 if inp.weights is not None else None)
+        rounded = balanced_taps(w, dtype, _tap_axes(layer, inp))
         error = rounded.astype(np.float64) - w.astype(np.float64)
         stored = SHARE * np.asarray(mean, np.float64) * 2.0 ** e
         if inp.weights is not None:
