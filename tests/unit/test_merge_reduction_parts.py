@@ -5,6 +5,8 @@ merge: the same raw outputs, bit for bit (batch 1 and batch 4), in fewer clocks.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -123,3 +125,26 @@ def test_a_batch_program_keeps_the_parts_as_layers_and_gives_each_image_the_merg
     xs = np.random.default_rng(3).normal(size=(4, 1, 16, 6, 6)).astype(np.float32)
     raw1, raw4 = (c.run_detailed({"x": xs}, batch=True).raw_outputs["y"] for c in (one, four))
     assert np.array_equal(raw1, raw4)
+
+
+def test_a_part_without_blocks_in_a_group_adds_its_own_bias_not_the_layers():
+    # Part 1's weights all zero: it has no block in the output group, and its sum there is its
+    # bias alone. Its bias vector is stored all the same and the part reads it; before, it read
+    # the layer's own bias (stored first), so that an own bias was added once more per such part
+    # (ResNet-50 v2's head, merged, with its outputs' offsets taken out of its bias: 12x the
+    # shift; a one-pixel layer's own bias had been zero until then).
+    from systolix.planning.constants import ImageBuilder, conv_constants
+
+    _, after = _parts(kernel=1, side=1)
+    merged = after.layers[0]
+    inputs = list(merged.inputs)
+    inputs[2] = dataclasses.replace(inputs[2], weights=np.zeros_like(inputs[2].weights))
+    layer = dataclasses.replace(merged, inputs=inputs)
+    b = ImageBuilder(16, ARCH.data_type)
+    consts = conv_constants(layer, b)
+    image = b.image()
+    parts = [p for p in layer.post_ops if p.kind == "add_part"]
+    assert 2 not in {blk[0] for blk in consts.blocks[0]}  # the zero part has no block
+    for k, part in enumerate(parts):
+        np.testing.assert_array_equal(image[consts.part_bias[0][k]], b.q(part.bias))
+    assert not np.array_equal(b.q(parts[1].bias), b.q(layer.bias))  # the test tells them apart

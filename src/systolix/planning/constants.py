@@ -153,6 +153,14 @@ def conv_constants(layer: ConvLayer, b: ImageBuilder) -> ConvConstants:
                 addrs.append(size)
                 vectors.append(block[4])
                 size += b.N
+        # A part without a nonzero block in this group still has its bias (its sum here), after
+        # the blocks: not the layer's own bias at the group's start (which it read before).
+        started = {part_of[blk[0]] for blk in blocks if blk[0] in part_of}
+        for k in range(len(part_ops)):
+            if k not in started:
+                at[k] = size
+                vectors.append(part_bias[k][go][None, :])
+                size += 1
         base = b.add(np.concatenate(vectors, axis=0))
         addresses.append((base, [base + a for a in addrs]))
         part_addresses.append([base + a for a in at])
