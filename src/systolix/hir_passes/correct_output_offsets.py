@@ -12,7 +12,9 @@ measures each output channel's mean error against onnxruntime's float model
 (``systolix.compiler.output_offsets``), and compiles again with that mean taken out of the bias
 of the layer writing the output: at the accumulators' scale, where the layer's gain leaves a
 step of ``1/G`` LSB. The layers before are the same IR (``CompileContext.memo``), so nothing else
-moves.
+moves. ResNet-20 v2's logits then erred by 0.94 LSB RMS, 0.13 of it the offset (1.57 -> 1.39
+times the limit's error); the models no one tuned on, whose offsets were small (their batch norms
+fitted to inputs like the benchmark's), by 0.00 to 0.03 times the limit less.
 
 Only where the output's own layer is linear after its bias (its gain's undo, residual and part
 adds, constants): through a ReLU or a clip a shift of the sums is not a shift of the output.
