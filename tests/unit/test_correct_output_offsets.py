@@ -104,16 +104,18 @@ def test_on_inputs_the_calibration_never_saw_the_offset_is_gone():
 
 
 def test_the_second_run_takes_the_first_runs_rounding_and_changes_only_the_offsets(monkeypatch):
-    # With no offsets to take out, the second run (the calibration's float runs and the rounded
-    # weights taken from the first, CompileContext.memo) writes the files one run writes.
+    # With offsets of zero, the second run (the calibration's float runs and the rounded weights
+    # taken from the first, CompileContext.memo) writes the files one run writes.
     import systolix.compiler as compiler
 
     model, _, _, graph, samples, _ = _setup("mlp", 16)
+    (out,) = graph.outputs
     once = compile_model(model, ARCH, calibration=samples, correct_offsets=False)
     calls = []
-    monkeypatch.setattr(compiler, "measure_output_offsets", lambda *args: calls.append(1) or {})
+    zeros = {out: np.zeros(graph.tensor(out).shape[1])}
+    monkeypatch.setattr(compiler, "measure_output_offsets", lambda *args: calls.append(1) or zeros)
     twice = compile_model(model, ARCH, calibration=samples)
-    assert calls == [1] and twice.artifacts == once.artifacts
+    assert calls == [1] and twice.artifacts == once.artifacts and twice.summary.output_offsets is zeros
 
 
 def test_a_plain_compile_takes_no_offsets():

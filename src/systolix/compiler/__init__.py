@@ -72,11 +72,11 @@ class CompileSummary:
     batch: int = 1
     """images each program runs (``--batch``); ``macs`` counts all of them"""
     unfused_pools: str | None = None
+    """why max pools were not fused into the convs before them (``fuse_pools`` asked for but a
+    tile too small for a pool window), or None"""
     output_offsets: dict[str, Any] = field(default_factory=dict)
     """calibrated compiles: per model output, each channel's mean error on the samples (real
     scale) that ``systolix.hir_passes.correct_output_offsets`` took out of its bias"""
-    """why max pools were not fused into the convs before them (``fuse_pools`` asked for but a
-    tile too small for a pool window), or None"""
 
     @property
     def host_nodes(self) -> list[str]:
@@ -286,11 +286,12 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         if progress:
             progress("correcting output offsets", 0, 1)
         offsets = measure_output_offsets(obj, onnx_model, graph, samples)
-        # The same passes again (the memoised ones' IRs taken as they were), the offsets taken out.
-        ctx = context(ctx.fuse_pools, offsets)
-        program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
-        obj = _compiled(name, arch, strategy, source, program, samples, ctx, unfused_pools, batch, started)
-        obj.summary.output_offsets = offsets
+        if offsets or dump_ir is not None:
+            # The same passes again (the memoised ones' IRs taken as they were), the offsets taken out.
+            ctx = context(ctx.fuse_pools, offsets)
+            program = run_passes(graph, ctx, dump_dir=dump_ir, check=dump_ir is not None)
+            obj = _compiled(name, arch, strategy, source, program, samples, ctx, unfused_pools, batch, started)
+            obj.summary.output_offsets = offsets
         if progress:
             progress("correcting output offsets", 1, 1)
     return obj
