@@ -28,11 +28,12 @@ import numpy as np
 
 from systolix.ir.hir import ConvLayer, HirProgram
 from systolix.ir.postops import AddConstant, AddTensor, Scale
+from systolix.numerics.fixed import from_fixed, to_fixed
 
 
 def shifted(layer: ConvLayer, shift: np.ndarray, dtype) -> ConvLayer | None:
     """``layer`` with its output moved by ``shift`` per channel (the stored output's scale), its
-    bias rounded to ``dtype``'s grid; None if a post-op between the bias and the output is not a
+    bias on ``dtype``'s grid; None if a post-op between the bias and the output is not a
     constant multiply or an add (a shift of the sums would not be one of the output)."""
     C = layer.output.C
     factor = np.ones(C)
@@ -43,9 +44,8 @@ def shifted(layer: ConvLayer, shift: np.ndarray, dtype) -> ConvLayer | None:
             return None
     if np.any(factor == 0):
         return None
-    one = float(dtype.one)
-    bias = np.asarray(layer.bias, np.float64) + shift / factor
-    bias = np.clip(np.round(bias * one) / one, dtype.min_value, dtype.max_value).astype(np.float32)
+    # On the grid as the constant image stores it (rounded, saturated).
+    bias = from_fixed(to_fixed(np.asarray(layer.bias, np.float64) + shift / factor, dtype), dtype)
     return dataclasses.replace(layer, bias=bias)
 
 
