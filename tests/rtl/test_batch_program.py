@@ -75,3 +75,28 @@ def test_four_images_sharing_tiles_of_fewer_groups_on_the_rtl_give_the_emulators
     (cycles,) = rtl.result.cycles
     assert cycles == simulate_rtl(four.program, four.arch).cycles
     assert cycles < 4 * simulate_rtl(one.program, one.arch).cycles
+
+
+def test_images_sharing_a_tile_with_merged_parts_on_the_rtl_give_the_batch_1_outputs():
+    """``merge_reduction_parts`` in a batch program: a 3x3 conv over 256 channels at 6x6, summed in
+    parts merged into the layer, its two images sharing each weight tile, each image's parts'
+    products in a second tile of its own. On the Verilated RTL: the emulator's raw outputs and the
+    batch-1 program's, in the clocks the ``rtl`` model predicts, fewer than with the parts as
+    layers."""
+    from tests.onnx_builders import ir_of
+    from tests.unit.test_merge_reduction_parts import _long_map
+
+    model = _long_map()
+    (plan,) = [p for p in ir_of(model, "pynqz1", until="tile layers", batch=2, merge_batch_parts=True).layers
+               if p.layer.startswith("Conv_2")]
+    assert plan.detail.images == 2
+    one, two = systolix.compile(model, "pynqz1"), systolix.compile(model, "pynqz1", batch=2)
+    apart = systolix.compile(model, "pynqz1", batch=2, merge_parts=False)
+    assert two.summary.batch_parts.startswith("parts merged")
+    x = np.random.default_rng(9).normal(size=(2, 1, 16, 6, 6)).astype(np.float32)
+    rtl = two.run_detailed({"x": x}, batch=True, engine="rtl")
+    assert np.array_equal(rtl.raw_outputs["y"], two.run_detailed({"x": x}, batch=True).raw_outputs["y"])
+    assert np.array_equal(rtl.raw_outputs["y"], one.run_detailed({"x": x}, batch=True).raw_outputs["y"])
+    (cycles,) = rtl.result.cycles
+    assert cycles == simulate_rtl(two.program, two.arch).cycles
+    assert cycles < simulate_rtl(apart.program, apart.arch).cycles

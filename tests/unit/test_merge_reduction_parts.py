@@ -20,7 +20,7 @@ from systolix.ir.evaluate import run_reference
 from systolix.ir.hir import Activation, ConvInput, ConvLayer, HirProgram
 from systolix.ir.postops import PART_NODE, AddPart, AddTensor, Relu, Scale
 from systolix.perf.estimate import estimate
-from tests.onnx_builders import make_model
+from tests.onnx_builders import ir_of, make_model
 from tests.unit.test_reduction_pass import _error_against_onnxruntime, layers
 
 ARCH = get_architecture("ultra96v2")
@@ -81,7 +81,13 @@ def test_a_part_read_elsewhere_or_with_more_post_ops_stays_a_layer():
     assert [p.kind for p in after.layers[-1].post_ops] == ["mul", "add_part", "add_part", "add", "relu"]
     before, _ = _parts()
     assert same(merge_reduction_parts(before, CompileContext(ARCH, merge_parts=False)), before)
-    assert same(merge_reduction_parts(before, CompileContext(ARCH, batch=4)), before)  # batch programs: parts as layers
+    # A batch program merges only when asked (``compile_model`` tries both); either way it names
+    # the parts it merges, or would.
+    counting = CompileContext(ARCH, batch=4)
+    assert same(merge_reduction_parts(before, counting), before)
+    assert counting.merged_parts == {"conv [48:64]": ["conv [0:16]", "conv [16:32]", "conv [32:48]"]}
+    _, expected = _parts()
+    assert same(merge_reduction_parts(before, CompileContext(ARCH, batch=4, merge_batch_parts=True)), expected)
 
 
 def _long_map(cout: int = 32, side: int = 6):
@@ -116,15 +122,31 @@ def test_merged_parts_give_the_same_outputs_bit_for_bit_in_fewer_clocks(side):
     assert fitted["merged"] < 0.95 * fitted["apart"], fitted
 
 
-def test_a_batch_program_keeps_the_parts_as_layers_and_gives_each_image_the_merged_outputs():
-    """Not in batch programs (``merge_reduction_parts``' note): their images share each part's
-    weight tile as it is. Each image's raw outputs are the merged batch-1 program's."""
+@pytest.mark.parametrize("batch", [2, 4])
+def test_a_batch_program_shares_the_merged_layers_tiles_and_gives_each_image_the_batch_1_outputs(batch):
+    """A batch program is compiled with its parts merged and as layers, and the faster under the
+    latency model kept (``merge_reduction_parts``' note): at 6x6 the merged layer's images share
+    each weight tile, each image's parts in a second tile of its own. Each image's raw outputs are
+    the batch-1 program's, bit for bit."""
+    from systolix.compiler import choice_board, program_clocks
+
     m = _long_map()
-    one, four = compile_model(m, ARCH, merge_parts=True), compile_model(m, ARCH, batch=4, merge_parts=True)
-    assert len(layers(one)) == 2 and len(layers(four)) == 5
-    xs = np.random.default_rng(3).normal(size=(4, 1, 16, 6, 6)).astype(np.float32)
-    raw1, raw4 = (c.run_detailed({"x": xs}, batch=True).raw_outputs["y"] for c in (one, four))
-    assert np.array_equal(raw1, raw4)
+    one, many = compile_model(m, ARCH), compile_model(m, ARCH, batch=batch)
+    apart = compile_model(m, ARCH, batch=batch, merge_parts=False)
+    assert len(layers(one)) == 2 and len(layers(many)) == 2 and len(layers(apart)) == 5
+    plan = next(p for p in ir_of(m, ARCH, until="tile layers", batch=batch, merge_batch_parts=True).layers
+                if p.layer.startswith("Conv_2"))
+    tile, second = plan.accumulators[:2]
+    assert plan.detail.images == batch and (tile.name, second.name) == ("tile", "second tile")
+    assert second.size == tile.size and second.base == tile.end  # a second tile for every image
+    assert choice_board(ARCH) == BOARD
+    merged_clocks, apart_clocks = program_clocks(many, BOARD), program_clocks(apart, BOARD)
+    assert merged_clocks < apart_clocks
+    assert many.summary.batch_parts == (f"parts merged: {merged_clocks:,.0f} clocks against parts as layers "
+                                        f"{apart_clocks:,.0f} (ultra96-v2 latency model)")
+    xs = np.random.default_rng(3).normal(size=(batch, 1, 16, 6, 6)).astype(np.float32)
+    raw1, raw_many = (c.run_detailed({"x": xs}, batch=True).raw_outputs["y"] for c in (one, many))
+    assert np.array_equal(raw1, raw_many)
 
 
 def test_a_part_without_blocks_in_a_group_adds_its_own_bias_not_the_layers():

@@ -56,6 +56,8 @@ def summary_tables(summary) -> list[Table]:
                                     f"{summary.constant_cuts + 1} programs in a row, each with its own constants")
     if summary.unfused_pools:
         totals.add_row("max pools", f"layers of their own, not fused into their convs' tails: {summary.unfused_pools}")
+    if summary.batch_parts:
+        totals.add_row("batch parts", summary.batch_parts)
     if summary.split_layers:
         totals.add_row("split layers", ", ".join(f"{name} into {k} slices of output channels" for name, k in summary.split_layers.items()))
     exps = [round(float(k), 2) for g in summary.gains.values() for k in g]  # estimated gains need not be whole
@@ -160,8 +162,9 @@ def compile_command(
                                                       "default, when they share their geometry, one layer accumulates both)."),
     no_merge_parts: bool = typer.Option(False, "--no-merge-parts",
                                         help="Compute each part of a long reduction summed in parts as a layer of its own "
-                                             "whose partial map goes through DRAM (by default, in a program of one image, "
-                                             "beside its layer's tile; the outputs are the same)."),
+                                             "whose partial map goes through DRAM (by default beside its layer's tile; a batch "
+                                             "program both ways, the faster under the latency model kept; the "
+                                             "outputs are the same)."),
     no_subsample_strided_reads: bool = typer.Option(False, "--no-subsample-strided-reads",
                                                     help="Compute and store every pixel of a tensor that only strided 1x1 "
                                                          "convs read (by default only the pixels they read)."),

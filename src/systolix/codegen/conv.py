@@ -170,9 +170,10 @@ def _part_span(consts: ConvConstants, go: int, number: int, ci: int, chunk, N: i
 
 
 def _part_chunk(e: Emitter, layer: ConvLayer, consts: ConvConstants, go: int, number: int, ci: int, chunk, loc, vh, vw,
-                stage, band, scratch: int) -> None:
+                stage, targets: list[tuple[dict, int]]) -> None:
     """A part's chunk of output group ``go``'s blocks (its first: with the part's bias) through
-    the array into ``scratch``, the band streaming through each."""
+    the array, each ``(band, scratch)`` of ``targets`` (an image's) streaming through each block
+    into its scratch."""
     oh0, oh1 = stage.outputs
     OW = layer.output.W
     blocks = consts.blocks[go]
@@ -182,11 +183,12 @@ def _part_chunk(e: Emitter, layer: ConvLayer, consts: ConvConstants, go: int, nu
         with_bias = _bias_blocks(chunk, blocks, vh, vw, oh0, oh1, OW, layer.phases)
         if not with_bias:
             e.load_bias(loc(bias_addr))
-            e.matmul(ZEROES, scratch, (oh1 - oh0) * OW, 1, accumulate=False)
+            for _, scratch in targets:
+                e.matmul(ZEROES, scratch, (oh1 - oh0) * OW, 1, accumulate=False)
         else:
             order = with_bias + [j for j in chunk if j not in with_bias]
     _stream_blocks(e, layer, blocks, consts.addresses[go][1], order, with_bias, loc, bias_addr, vh, vw, oh0, oh1,
-                   stage.inputs[0], [(band, scratch)], None)
+                   stage.inputs[0], targets, None)
 
 
 def _own_blocks(layer: ConvLayer, blocks) -> int:
@@ -358,7 +360,7 @@ def emit_conv(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, memory: 
             for post, slot in list(zip(layer.post_ops, consts.slots))[done_upto.get(key, 0):index]:
                 post.emit(tile, slot)
             done_upto[key] = index
-        _part_chunk(e, layer, consts, go, number, ci, chunk, loc, vh, vw, stage, band, tile.acc_scratch)
+        _part_chunk(e, layer, consts, go, number, ci, chunk, loc, vh, vw, stage, [(band, tile.acc_scratch)])
         if ci + 1 == len(parts_of[go][number][2]):
             layer.post_ops[index].emit(tile, consts.slots[index])
             done_upto[key] = index + 1
@@ -481,8 +483,9 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
     w_base, in_base, stage_base = LOCAL + t.weights_base, LOCAL + t.band_base, LOCAL + t.staging_base
     acc_const = ACCUMULATORS + t.acc_const
     out_on_chip = images[0].on_chip(out)
-    # Parts summed apart are not merged in batch programs (``merge_reduction_parts``).
-    assert not layer.part_inputs(), f"layer {layer.name!r}: parts summed apart in a batch run"
+    # Merged parts (``postops.AddPart``): each image's product of a part goes to its own second
+    # tile (``t.acc_scratch`` + j tiles: ``systolix.planning.tiling``), then into its tile.
+    parts_upto = max((k + 1 for k, p in enumerate(layer.post_ops) if p.kind == "add_part"), default=0)
     for stage in plan.stages:
         oh0, oh1 = stage.outputs
         ih_lo, ih_hi = stage.inputs
@@ -511,15 +514,17 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
             if t.diagonal:
                 load_band([(0, g) for g in range(go0, min(go1, layer.inputs[0].act.G))])
             for go in range(go0, go1):
-                acc_go = ACCUMULATORS + (go - go0) * rows * OW
+                at = (go - go0) * rows * OW
+                acc_go = ACCUMULATORS + at
                 blocks = per_go[go]
                 bias_addr, block_addrs = offsets[go]
+                own = _own_blocks(layer, blocks)
+                per_chunk = max(1, (t.weights_size - 1) // N) if to_local is None else None
                 if to_local is None:
                     # Streamed: bias and as many blocks as fit, chunk by chunk.
-                    per_chunk = max(1, (t.weights_size - 1) // N)
-                    chunks = [list(range(c, min(len(blocks), c + per_chunk))) for c in range(0, max(1, len(blocks)), per_chunk)]
+                    chunks = [list(range(c, min(own, c + per_chunk))) for c in range(0, max(1, own), per_chunk)]
                 else:
-                    chunks = [list(range(len(blocks)))]
+                    chunks = [list(range(own))]
                 for ci, chunk in enumerate(chunks):
                     if to_local is None:
                         first = bias_addr if ci == 0 else block_addrs[chunk[0]]
@@ -542,10 +547,34 @@ def _emit_images(layer: ConvLayer, plan: LayerPlan, consts: ConvConstants, image
                         in_array = None  # the weights now in the array: the bias block
                     in_array = _stream_blocks(e, layer, blocks, block_addrs, order, with_bias, loc, bias_addr, vh, vw, oh0, oh1,
                                               ih_lo, [(bands[j], acc_go + j * tile_size) for j in range(len(images))], in_array)
+                if parts_upto:
+                    group_tiles = [Tile(e, memory, N, go, go + 1, oh0, rows, OW, stage_base + at, acc_const,
+                                        ACCUMULATORS + t.acc_scratch + j * tile_size + at, ACCUMULATORS + t.acc_bcast,
+                                        consts_local, acc_go + j * tile_size) for j, memory in enumerate(images)]
+                    done = 0
+                    for index, number, part_chunks in _part_chunks(layer, consts, go, per_chunk):
+                        # Each image's tile: the post-ops before the part (its layer's gain undo).
+                        for tile in group_tiles:
+                            for post, slot in list(zip(layer.post_ops, consts.slots))[done:index]:
+                                post.emit(tile, slot)
+                        done = index
+                        for ci, chunk in enumerate(part_chunks):
+                            if to_local is None:
+                                first, last = _part_span(consts, go, number, ci, chunk, N)
+                                e.move(CONSTS + first, w_base, last - first)
+                                loc = lambda a, first=first: w_base + (a - first)  # noqa: E731
+                            else:
+                                loc = to_local
+                            _part_chunk(e, layer, consts, go, number, ci, chunk, loc, vh, vw, stage,
+                                        [(bands[j], tile.acc_scratch) for j, tile in enumerate(group_tiles)])
+                        for tile in group_tiles:
+                            layer.post_ops[index].emit(tile, consts.slots[index])
+                        done = index + 1
+                    in_array = None
             for j, memory in enumerate(images):
                 acc = ACCUMULATORS + j * tile_size
                 strides = memory.strides(out)
                 tile = Tile(e, memory, N, go0, go1, oh0, rows, OW, stage_base, acc_const, ACCUMULATORS + t.acc_scratch,
                             ACCUMULATORS + t.acc_bcast, consts_local, acc)
                 _tail(layer, consts, tile, (lambda: e.save_tile(acc, stage_base, out_on_chip, strides, go0, go1, oh0, rows, OW))
-                      if keep_output else None)
+                      if keep_output else None, first=parts_upto)

@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 import onnx
 
-from systolix.arch import Architecture, get_architecture
+from systolix.arch import Architecture, Board, get_architecture
+from systolix.arch.presets import BOARDS
 from systolix.artifacts import ProgramRef, TModel
 from systolix.backend import Artifacts
 from systolix.compiler.batch import free_batch
@@ -77,6 +78,9 @@ class CompileSummary:
     output_offsets: dict[str, Any] = field(default_factory=dict)
     """calibrated compiles: per model output, each channel's mean error on the samples (real
     scale) that ``systolix.hir_passes.correct_output_offsets`` took out of its bias"""
+    batch_parts: str | None = None
+    """batch programs with parts merged or not: which was kept, with both programs' clocks
+    under the latency model (None: nothing to choose)"""
 
     @property
     def host_nodes(self) -> list[str]:
@@ -217,8 +221,10 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     ``merge_parts``: sum each part of a long reduction (``split_maps``) beside its layer's tile,
     its weight blocks through the array into a second tile and its product added by a SIMD
     multiply, instead of in a layer of its own whose partial map goes through DRAM
-    (``systolix.hir_passes.merge_reduction_parts``; the same outputs, bit for bit; programs of
-    one image only).
+    (``systolix.hir_passes.merge_reduction_parts``; the same outputs, bit for bit). A batch
+    program with such parts is compiled both ways and the one the latency model of the
+    architecture's board times faster is kept (``summary.batch_parts`` says which, with both
+    clocks; ``choice_board``).
     ``subsample_strided_reads``: compute a pointwise layer whose output only strided 1x1 convs read
     (a pre-activation batch norm and ReLU, a block's last 1x1 conv and residual add) at the pixels
     they read, or save such a tensor subsampled from its producer's tail
@@ -294,7 +300,109 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
             obj.summary.output_offsets = offsets
         if progress:
             progress("correcting output offsets", 1, 1)
+    if batch > 1 and ctx.merged_parts and dump_ir is None:
+        # Parts merged into their layers change which plans share weight tiles across images
+        # (``merge_reduction_parts``' note): programs with them merged too, and per layer the
+        # faster kept.
+        def variant(merge_only: set[str]):
+            c = context(ctx.fuse_pools, ctx.output_offsets)
+            c.merge_batch_parts, c.merge_only = True, merge_only
+            compiled = _compiled(name, arch, strategy, source, run_passes(graph, c), samples, c, unfused_pools, batch, started)
+            compiled.summary.output_offsets = obj.summary.output_offsets
+            return compiled, c.merged_parts
+
+        obj = _choose_batch_parts(obj, dict(ctx.merged_parts), variant, choice_board(arch))
+        obj.summary.seconds = time.perf_counter() - started
     return obj
+
+
+def _layer_clocks(est) -> dict[str, float]:
+    """Clocks each layer adds to the frame (``LayerEstimate.cycles``), by the estimate's layer
+    name (in a model cut by its constants, ``segment/layer``)."""
+    clocks: dict[str, float] = {}
+    for layer in est.layers or []:
+        clocks[layer.name] = clocks.get(layer.name, 0.0) + layer.cycles
+    return clocks
+
+
+def _merging(variant, layers: set[str]):
+    """``variant(layers)``, leaving out each layer whose merged tile splits a fused pool's windows
+    (``PoolWindowsDoNotFit``); None if no layer is left or another layer does not fit."""
+    while layers:
+        try:
+            return variant(layers)
+        except PoolWindowsDoNotFit as e:
+            if e.layer not in layers:
+                return None
+            layers = layers - {e.layer}
+        except SystolixError:
+            return None
+    return None
+
+
+def _choose_batch_parts(apart, taking: dict[str, list[str]], variant, board: Board):
+    """``apart`` (a batch program with its parts as layers, that could merge ``taking``: layer ->
+    its parts), the program with every part merged (``variant(layers)`` merges into ``layers``),
+    or one merging only into the layers that the latency model on ``board`` times faster merged
+    than with their parts as layers: whichever runs in the fewest clocks.
+    ``summary.batch_parts`` says which, with the clocks."""
+    found = _merging(variant, set(taking))
+    if found is None:
+        apart.summary.batch_parts = "parts as layers (merged, the layers do not fit the memories)"
+        return apart
+    merged, took = found
+    timed = {"parts as layers": (apart, program_estimate(apart, board))}
+    timed["parts merged" if len(took) == len(taking) else f"parts merged into {len(took)} of {len(taking)} layers"] = (
+        merged, program_estimate(merged, board))
+    by_apart, by_merged = (_layer_clocks(e) for _, e in timed.values())
+
+    def clocks(table: dict[str, float], layer: str) -> float | None:
+        hits = [v for k, v in table.items() if k == layer or k.endswith("/" + layer)]
+        return sum(hits) if hits else None
+
+    faster = set()
+    for layer, parts in took.items():
+        m, a = clocks(by_merged, layer), clocks(by_apart, layer)
+        a_parts = [clocks(by_apart, p) for p in parts]
+        if m is not None and a is not None and None not in a_parts and m < a + sum(a_parts):
+            faster.add(layer)
+    if faster and faster != set(took):
+        found = _merging(variant, faster)
+        if found is not None:
+            timed[f"parts merged into {len(found[1])} of {len(taking)} layers"] = (found[0], program_estimate(found[0], board))
+    kept = min(timed, key=lambda k: timed[k][1].cycles)
+    obj = timed[kept][0]
+    others = ", ".join(f"{k} {e.cycles:,.0f}" for k, (_, e) in timed.items() if k != kept)
+    obj.summary.batch_parts = f"{kept}: {timed[kept][1].cycles:,.0f} clocks against {others} ({board.name} latency model)"
+    return obj
+
+
+def choice_board(arch: Architecture) -> Board:
+    """The board whose latency model chooses between two programs for ``arch``: the preset board
+    of that architecture (``ultra96v2``: the Ultra96-V2), else the architecture at 100 MHz with
+    128-bit DRAM ports."""
+    for board in BOARDS.values():
+        if board.timing == "tensil" and board.architecture == arch:
+            return board
+    return Board(name=f"{arch.array_size}x{arch.array_size} at 100 MHz", architecture=arch, clock_mhz=100.0,
+                 dram_bus_bits=128, dram_peak_gbps=1.6)
+
+
+def program_estimate(compiled, board: Board):
+    """The latency model's estimate of one run of ``compiled`` on ``board`` (every program of a
+    model cut by its constants, in a row; host segments untimed)."""
+    from systolix.perf.estimate import estimate, estimate_partitioned
+
+    with tempfile.TemporaryDirectory(prefix="systolix-choice-") as tmp:
+        path = compiled.save(tmp)
+        if isinstance(compiled, CompiledPartitionedModel):
+            return estimate_partitioned(path, board, time_host=False)[0]
+        return estimate(path, board)
+
+
+def program_clocks(compiled, board: Board) -> float:
+    """Accelerator clocks of one run of ``compiled`` under ``board``'s latency model."""
+    return program_estimate(compiled, board).cycles
 
 
 def _compiled(name: str, arch: Architecture, strategy: str, source: str, program: Program, samples, ctx,
@@ -342,4 +450,4 @@ def _compiled(name: str, arch: Architecture, strategy: str, source: str, program
 
 
 __all__ = ["STRATEGIES", "CompileContext", "CompileSummary", "CompiledModel", "CompiledPartitionedModel", "UnsupportedOpError",
-           "compile_model"]
+           "choice_board", "compile_model", "program_clocks"]

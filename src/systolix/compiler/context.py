@@ -34,6 +34,13 @@ class CompileContext:
     split_layers: dict[str, int] = field(default_factory=dict)
     """Nodes ``split_constants`` split by output channels (too large for DRAM1), each with its
     number of slices."""
+    merged_parts: dict[str, list[str]] = field(default_factory=dict)
+    """Set by ``merge_reduction_parts``: each layer that takes parts, with the parts' names (every
+    segment's: the segments' contexts share the dict; in a batch program without
+    ``merge_batch_parts``, the parts it would merge)."""
+    merge_only: set[str] | None = None
+    """Merge parts only into these layers (``compile_model``'s per-layer choice in a batch
+    program); None: into every layer."""
     catch_up: Callable[[Any], Any] | None = None
     """Set by the driver: brings the segments of a re-partitioned program as far as the passes
     before the current one (``split_constants`` cuts programs)."""
@@ -59,7 +66,11 @@ class CompileContext:
     both (``systolix.hir_passes.merge_residual_convs``)."""
     merge_parts: bool = True
     """Sum a reduction's parts beside its layer's tile instead of in layers of their own
-    (``systolix.hir_passes.merge_reduction_parts``; programs of one image)."""
+    (``systolix.hir_passes.merge_reduction_parts``; in a batch program with
+    ``merge_batch_parts``)."""
+    merge_batch_parts: bool = False
+    """In a batch program, merge the parts too (``compile_model`` compiles a batch program both
+    ways and keeps the faster under the latency model)."""
     subsample_strided_reads: bool = True
     """Compute (or store) a tensor that only strided 1x1 convs read at the pixels they read
     (``systolix.hir_passes.subsample_strided_reads``)."""

@@ -27,10 +27,11 @@ limited so: its merged bands cost less than they stream (ResNet-50 v2's 56x56 co
 board, 0.92x). For any kernel, one output row of the merged layer must fit a lock half
 (``_row_need``).
 
-Not in batch programs: there images share each weight tile of a part as a layer, and the merged
-layer's bigger band and weights changed which plans share (YOLOv4-tiny at batch 4, fitted model:
-0.959x the clocks on the ultra96-v2 but 1.043x on the pynq-z1 and 1.008x on the arty-a7-35, its
-512-channel 6x6 convs up to 1.64x).
+In a batch program only with ``ctx.merge_batch_parts``: there images share each weight tile
+(each image with a second tile of its own for its parts' products), and the merged layer's bigger
+band and weights change which plans share: YOLOv4-tiny at batch 4, fitted model, 0.970x the clocks
+on the ultra96-v2 but 1.031x on the pynq-z1. So ``compile_model`` compiles a batch program with
+map parts both ways and keeps the one the latency model times faster.
 """
 
 from __future__ import annotations
@@ -73,17 +74,22 @@ def _mergeable(part, layer: ConvLayer, readers: dict[int, int], outputs: set[int
 
 def merge_reduction_parts(hir: HirProgram, ctx) -> HirProgram:
     """The pass: every mergeable part into the layer that adds it (``ctx.merge_parts`` False, or
-    a batch program: none, see the module's note)."""
-    if not getattr(ctx, "merge_parts", True) or (getattr(ctx, "batch", None) or 1) > 1:
+    a batch program without ``ctx.merge_batch_parts``: none, see the module's note)."""
+    if not getattr(ctx, "merge_parts", True):
         return hir
+    # A batch program without ``merge_batch_parts`` only counts what it would merge.
+    count_only = (getattr(ctx, "batch", None) or 1) > 1 and not getattr(ctx, "merge_batch_parts", False)
     readers = reader_counts(hir)
     outputs = {id(a) for a in hir.outputs.values()}
     producer = {id(layer.output): layer for layer in hir.layers}
+    only = getattr(ctx, "merge_only", None)
+    record = getattr(ctx, "merged_parts", None)
     merged: set[int] = set()
     layers = []
     for layer in hir.layers:
         if not isinstance(layer, ConvLayer) or layer.phases != 1 or not any(
-                isinstance(p, AddTensor) and p.node == PART_NODE for p in layer.post_ops):
+                isinstance(p, AddTensor) and p.node == PART_NODE for p in layer.post_ops) or (
+                only is not None and layer.name not in only):
             layers.append(layer)
             continue
         inputs = list(layer.inputs)
@@ -113,7 +119,9 @@ def merge_reduction_parts(hir: HirProgram, ctx) -> HirProgram:
         if len(inputs) == len(layer.inputs):
             layers.append(layer)
             continue
+        if record is not None:
+            record[layer.name] = [p.part for p in post_ops if isinstance(p, AddPart)]
         layers.append(dataclasses.replace(layer, inputs=inputs, post_ops=post_ops, macs=macs))
-    if not merged:
+    if not merged or count_only:
         return hir
     return dataclasses.replace(hir, layers=[layer for layer in layers if id(layer) not in merged])

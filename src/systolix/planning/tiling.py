@@ -249,9 +249,14 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
     regroup = (R >= OH and R * OW <= REGROUP_LOADS * (3 * N + 1) and not diagonal
                and not any(_one_request_a_vector(a) for a in [layer.output] + [i.act for i in layer.inputs]))
 
+    # Images sharing a tile of a layer that sums merged parts (``postops.AddPart``) each take a
+    # second tile for their parts' products; other second tiles (an operand of a post-op) serve
+    # the images' tails one after another.
+    scratches = (lambda k: k) if layer.part_inputs() else (lambda k: 1)
+
     def share(k: int) -> tuple[int, bool] | None:
         for g in (range(ng, lowest - 1, -1) if regroup else (ng,)):
-            if R * OW * g > acc_room // (k + tile_copies - 1):
+            if R * OW * g > acc_room // (k + (tile_copies - 1) * scratches(k)):
                 continue
             for res in ((resident, False) if resident and regroup else (resident,)):
                 extra = (0 if consts_local else total_w) if res else 1 + N
@@ -320,13 +325,14 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
     tile = R * OW * ng
     acc_tiles = _acc_tiles(schedule and (plan.memory.batch == 1 or (images == 1 and not diagonal)), tile_copies, tile, acc_room)
     tiles = images * tile * acc_tiles
+    second = tile * (tile_copies - 1) * scratches(images)
     weights = "in place" if consts_local else "resident" if resident else "streamed"
     return LayerPlan(
         layer.name, "conv", ROWS_THEN_GROUPS, weights, stages, [(g, min(Go, g + ng)) for g in range(0, Go, ng)],
         [_buffer("weights", w_base, w_size), _buffer("input band", in_base, images * band), _buffer("staging", stage_base, tile)],
-        [_acc("tile", 0, tiles), _acc("second tile", tiles, tile * (tile_copies - 1)), _acc("broadcast", acc_const - n_bcast, n_bcast),
+        [_acc("tile", 0, tiles), _acc("second tile", tiles, second), _acc("broadcast", acc_const - n_bcast, n_bcast),
          _acc("SIMD constants", acc_const, n_simd)],
-        stage_base + tile, tiles + (tile_copies - 1) * tile + n_simd + n_bcast,
+        stage_base + tile, tiles + second + n_simd + n_bcast,
         ConvTiling(R, ng, rows_in(R), diagonal, resident, w_base, w_size, in_base, stage_base, tiles, acc_const - n_bcast, acc_const,
                    images=images, band_size=band, acc_tiles=acc_tiles, by_group=schedule))
 
