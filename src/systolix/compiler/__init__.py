@@ -304,25 +304,33 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         # Parts merged into their layers change which plans share weight tiles across images
         # (``merge_reduction_parts``' note): programs with them merged too, and per layer the
         # faster kept.
+        offsets, fuse, ctx_offsets = obj.summary.output_offsets, ctx.fuse_pools, ctx.output_offsets
+
         def variant(merge_only: set[str]):
-            c = context(ctx.fuse_pools, ctx.output_offsets)
+            c = context(fuse, ctx_offsets)
             c.merge_batch_parts, c.merge_only = True, merge_only
             compiled = _compiled(name, arch, strategy, source, run_passes(graph, c), samples, c, unfused_pools, batch, started)
-            compiled.summary.output_offsets = obj.summary.output_offsets
+            compiled.summary.output_offsets = offsets
             return compiled, c.merged_parts
 
-        obj = _choose_batch_parts(obj, dict(ctx.merged_parts), variant, choice_board(arch))
+        # Only the fastest program so far is kept (a batch of a large model's LIR takes gigabytes).
+        candidates, taking, board = [obj], dict(ctx.merged_parts), choice_board(arch)
+        del obj, program
+        obj = _choose_batch_parts(candidates, taking, variant, board)
         obj.summary.seconds = time.perf_counter() - started
     return obj
 
 
-def _layer_clocks(est) -> dict[str, float]:
-    """Clocks each layer adds to the frame (``LayerEstimate.cycles``), by the estimate's layer
-    name (in a model cut by its constants, ``segment/layer``)."""
+def _timed(compiled, board: Board) -> tuple[float, dict[str, float]]:
+    """The program's clocks under ``board``'s latency model, and the clocks each layer adds to
+    them (``LayerEstimate.cycles``) by the estimate's layer name (in a model cut by its constants,
+    ``segment/layer``); the estimate itself (its timeline: large for a batch of a large model) is
+    dropped."""
+    est = program_estimate(compiled, board)
     clocks: dict[str, float] = {}
     for layer in est.layers or []:
         clocks[layer.name] = clocks.get(layer.name, 0.0) + layer.cycles
-    return clocks
+    return est.cycles, clocks
 
 
 def _merging(variant, layers: set[str]):
@@ -340,41 +348,47 @@ def _merging(variant, layers: set[str]):
     return None
 
 
-def _choose_batch_parts(apart, taking: dict[str, list[str]], variant, board: Board):
-    """``apart`` (a batch program with its parts as layers, that could merge ``taking``: layer ->
-    its parts), the program with every part merged (``variant(layers)`` merges into ``layers``),
-    or one merging only into the layers that the latency model on ``board`` times faster merged
-    than with their parts as layers: whichever runs in the fewest clocks.
-    ``summary.batch_parts`` says which, with the clocks."""
+def _choose_batch_parts(candidates: list, taking: dict[str, list[str]], variant, board: Board):
+    """The batch program ``candidates`` holds (its parts as layers; it could merge ``taking``:
+    layer -> its parts), the program with every part merged (``variant(layers)`` merges into
+    ``layers``), or one merging only into the layers that the latency model on ``board`` times
+    faster merged than with their parts as layers: whichever runs in the fewest clocks. Only the
+    fastest so far is held (``candidates``, popped); ``summary.batch_parts`` says which, with the
+    clocks."""
+    best, best_label = candidates.pop(), "parts as layers"
     found = _merging(variant, set(taking))
     if found is None:
-        apart.summary.batch_parts = "parts as layers (merged, the layers do not fit the memories)"
-        return apart
+        best.summary.batch_parts = "parts as layers (merged, the layers do not fit the memories)"
+        return best
     merged, took = found
-    timed = {"parts as layers": (apart, program_estimate(apart, board))}
-    timed["parts merged" if len(took) == len(taking) else f"parts merged into {len(took)} of {len(taking)} layers"] = (
-        merged, program_estimate(merged, board))
-    by_apart, by_merged = (_layer_clocks(e) for _, e in timed.values())
+    del found
+    label = "parts merged" if len(took) == len(taking) else f"parts merged into {len(took)} of {len(taking)} layers"
+    (apart_clocks, by_apart), (merged_clocks, by_merged) = _timed(best, board), _timed(merged, board)
+    clocks = {best_label: apart_clocks, label: merged_clocks}
+    if merged_clocks < apart_clocks:
+        best, best_label = merged, label
+    del merged
 
-    def clocks(table: dict[str, float], layer: str) -> float | None:
+    def layer_clocks(table: dict[str, float], layer: str) -> float | None:
         hits = [v for k, v in table.items() if k == layer or k.endswith("/" + layer)]
         return sum(hits) if hits else None
 
     faster = set()
     for layer, parts in took.items():
-        m, a = clocks(by_merged, layer), clocks(by_apart, layer)
-        a_parts = [clocks(by_apart, p) for p in parts]
+        m, a = layer_clocks(by_merged, layer), layer_clocks(by_apart, layer)
+        a_parts = [layer_clocks(by_apart, p) for p in parts]
         if m is not None and a is not None and None not in a_parts and m < a + sum(a_parts):
             faster.add(layer)
     if faster and faster != set(took):
         found = _merging(variant, faster)
         if found is not None:
-            timed[f"parts merged into {len(found[1])} of {len(taking)} layers"] = (found[0], program_estimate(found[0], board))
-    kept = min(timed, key=lambda k: timed[k][1].cycles)
-    obj = timed[kept][0]
-    others = ", ".join(f"{k} {e.cycles:,.0f}" for k, (_, e) in timed.items() if k != kept)
-    obj.summary.batch_parts = f"{kept}: {timed[kept][1].cycles:,.0f} clocks against {others} ({board.name} latency model)"
-    return obj
+            mixed_label = f"parts merged into {len(found[1])} of {len(taking)} layers"
+            clocks[mixed_label] = _timed(found[0], board)[0]
+            if clocks[mixed_label] < clocks[best_label]:
+                best, best_label = found[0], mixed_label
+    others = ", ".join(f"{k} {v:,.0f}" for k, v in clocks.items() if k != best_label)
+    best.summary.batch_parts = f"{best_label}: {clocks[best_label]:,.0f} clocks against {others} ({board.name} latency model)"
+    return best
 
 
 def choice_board(arch: Architecture) -> Board:
