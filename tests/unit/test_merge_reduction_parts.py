@@ -111,6 +111,8 @@ def test_merged_parts_give_the_same_outputs_bit_for_bit_in_fewer_clocks(side):
     m = _long_map(side=side)
     merged, apart = compile_model(m, ARCH), compile_model(m, ARCH, merge_parts=False)
     assert len(layers(apart)) == 5 and len(layers(merged)) == 2, (layers(apart), layers(merged))
+    # The summary counts the merged parts among the conv layers (it said "5 of 2 amplified").
+    assert merged.summary.conv_layers == apart.summary.conv_layers == 5
     inputs = np.random.default_rng(2).normal(size=(8 if side == 6 else 2, 1, 16, side, side)).astype(np.float32)
     a, b = (c.run_detailed({"x": inputs}, batch=True).raw_outputs["y"] for c in (merged, apart))
     assert np.array_equal(a, b)

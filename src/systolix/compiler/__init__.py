@@ -66,6 +66,7 @@ class CompileSummary:
     gains: dict[str, Any] = field(default_factory=dict)
     """conv layer name -> per output channel exponent of its amplified weights (calibrated compiles)"""
     conv_layers: int = 0
+    """conv layers, and the parts merged into them (``postops.AddPart``: each has its own gains)"""
     rounded: list[str] = field(default_factory=list)
     """conv layers whose weights calibration rounded (GPTQ), by name"""
     split_layers: dict[str, int] = field(default_factory=dict)
@@ -166,7 +167,9 @@ def _summary(source: str, arch: Architecture, strategy: str, program: Program, p
         summary.layers.extend(lir.layers)
         summary.gains.update(hir.gains)
         summary.rounded.extend(hir.rounded)
-        summary.conv_layers += sum(1 for layer in hir.layers if layer.kind == "conv")
+        # A part merged into its layer (``postops.AddPart``) keeps its own gains: it counts.
+        summary.conv_layers += sum(1 + sum(1 for p in layer.post_ops if p.kind == "add_part")
+                                   for layer in hir.layers if layer.kind == "conv")
     summary.calibration_samples = len(samples) if samples else 0
     return summary
 
