@@ -172,3 +172,13 @@ def test_a_part_without_blocks_in_a_group_adds_its_own_bias_not_the_layers():
     for k, part in enumerate(parts):
         np.testing.assert_array_equal(image[consts.part_bias[0][k]], b.q(part.bias))
     assert not np.array_equal(b.q(parts[1].bias), b.q(layer.bias))  # the test tells them apart
+
+
+def test_a_batch_programs_dumped_irs_are_those_of_the_program_kept(tmp_path):
+    """``--dump-ir`` does not change the choice: the kept batch program merges its parts, and the
+    last HIR dumped is the merged one (one layer summing them), not the first compile's."""
+    m = _long_map()
+    many = compile_model(m, ARCH, batch=2, dump_ir=tmp_path)
+    assert many.summary.batch_parts.startswith("parts merged") and many.merged_into == {"Conv_2 [192:256]"}
+    (dumped,) = sorted(tmp_path.glob("*/*-merge-reduction-parts*"))
+    assert "add part" in dumped.read_text()

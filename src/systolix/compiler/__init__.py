@@ -80,8 +80,8 @@ class CompileSummary:
     """calibrated compiles: per model output, each channel's mean error on the samples (real
     scale) that ``systolix.hir_passes.correct_output_offsets`` took out of its bias"""
     batch_parts: str | None = None
-    """batch programs with parts merged or not: which was kept, with both programs' clocks
-    under the latency model (None: nothing to choose)"""
+    """batch programs with parts merged or not: which was kept, with each program's clocks under
+    the latency model (None: nothing to choose)"""
 
     @property
     def host_nodes(self) -> list[str]:
@@ -101,6 +101,9 @@ class CompiledMixin:
     artifacts: dict[str, bytes]
     summary: CompileSummary
     tmodel_name: str
+    merged_into: set[str] | None = None
+    """a batch program compiled with its parts merged (``compile_model``'s choice): the layers
+    they were merged into; None otherwise"""
 
     def save(self, directory: str | Path) -> Path:
         """Write the compiled files into ``directory`` (each atomically, the ``.tmodel`` last)."""
@@ -225,9 +228,10 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     its weight blocks through the array into a second tile and its product added by a SIMD
     multiply, instead of in a layer of its own whose partial map goes through DRAM
     (``systolix.hir_passes.merge_reduction_parts``; the same outputs, bit for bit). A batch
-    program with such parts is compiled both ways and the one the latency model of the
-    architecture's board times faster is kept (``summary.batch_parts`` says which, with both
-    clocks; ``choice_board``).
+    program with such parts is compiled with them as layers, all merged, and merged only into the
+    layers the estimate times faster merged, and the one the latency model of the architecture's
+    board times fastest is kept (``summary.batch_parts`` says which, with each one's clocks;
+    ``choice_board``).
     ``subsample_strided_reads``: compute a pointwise layer whose output only strided 1x1 convs read
     (a pre-activation batch norm and ReLU, a block's last 1x1 conv and residual add) at the pixels
     they read, or save such a tensor subsampled from its producer's tail
@@ -303,7 +307,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
             obj.summary.output_offsets = offsets
         if progress:
             progress("correcting output offsets", 1, 1)
-    if batch > 1 and ctx.merged_parts and dump_ir is None:
+    if batch > 1 and ctx.merged_parts:
         # Parts merged into their layers change which plans share weight tiles across images
         # (``merge_reduction_parts``' note): programs with them merged too, and per layer the
         # faster kept.
@@ -314,12 +318,18 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
             c.merge_batch_parts, c.merge_only = True, merge_only
             compiled = _compiled(name, arch, strategy, source, run_passes(graph, c), samples, c, unfused_pools, batch, started)
             compiled.summary.output_offsets = offsets
+            compiled.merged_into = set(c.merged_parts)
             return compiled, c.merged_parts
 
         # Only the fastest program so far is kept (a batch of a large model's LIR takes gigabytes).
         candidates, taking, board = [obj], dict(ctx.merged_parts), choice_board(arch)
         del obj, program
         obj = _choose_batch_parts(candidates, taking, variant, board)
+        if dump_ir is not None and getattr(obj, "merged_into", None):
+            # The IRs dumped are the first program's: the kept one's passes again, dumped and checked.
+            c = context(fuse, ctx_offsets)
+            c.merge_batch_parts, c.merge_only = True, obj.merged_into
+            run_passes(graph, c, dump_dir=dump_ir, check=True)
         obj.summary.seconds = time.perf_counter() - started
     return obj
 

@@ -69,8 +69,8 @@ class CompileContext:
     (``systolix.hir_passes.merge_reduction_parts``; in a batch program with
     ``merge_batch_parts``)."""
     merge_batch_parts: bool = False
-    """In a batch program, merge the parts too (``compile_model`` compiles a batch program both
-    ways and keeps the faster under the latency model)."""
+    """In a batch program, merge the parts too (``compile_model`` compiles a batch program with
+    and without, and keeps the fastest under the latency model)."""
     subsample_strided_reads: bool = True
     """Compute (or store) a tensor that only strided 1x1 convs read at the pixels they read
     (``systolix.hir_passes.subsample_strided_reads``)."""

@@ -31,7 +31,8 @@ In a batch program only with ``ctx.merge_batch_parts``: there images share each 
 (each image with a second tile of its own for its parts' products), and the merged layer's bigger
 band and weights change which plans share: YOLOv4-tiny at batch 4, fitted model, 0.970x the clocks
 on the ultra96-v2 but 1.031x on the pynq-z1. So ``compile_model`` compiles a batch program with
-map parts both ways and keeps the one the latency model times faster.
+parts as layers, all merged, and merged only where the estimate's per-layer clocks say it pays
+(``ctx.merge_only``), and keeps the one the latency model times fastest.
 """
 
 from __future__ import annotations
