@@ -178,7 +178,11 @@ def test_a_batch_programs_dumped_irs_are_those_of_the_program_kept(tmp_path):
     """``--dump-ir`` does not change the choice: the kept batch program merges its parts, and the
     last HIR dumped is the merged one (one layer summing them), not the first compile's."""
     m = _long_map()
-    many = compile_model(m, ARCH, batch=2, dump_ir=tmp_path)
+    steps = []
+    many = compile_model(m, ARCH, batch=2, dump_ir=tmp_path, progress=lambda what, done, total: steps.append(what))
     assert many.summary.batch_parts.startswith("parts merged") and many.merged_into == {"Conv_2 [192:256]"}
+    # The progress says which compile it is: the first, then the merged one.
+    merged_steps = [s for s in steps if s.endswith(", parts merged")]
+    assert merged_steps and len(merged_steps) < len(steps) and steps.index(merged_steps[0]) > 0
     (dumped,) = sorted(tmp_path.glob("*/*-merge-reduction-parts*"))
     assert "add part" in dumped.read_text()

@@ -316,6 +316,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         def variant(merge_only: set[str]):
             c = context(fuse, ctx_offsets)
             c.merge_batch_parts, c.merge_only = True, merge_only
+            if progress:
+                c.progress = lambda what, done, total: progress(f"{what}, parts merged", done, total)
             compiled = _compiled(name, arch, strategy, source, run_passes(graph, c), samples, c, unfused_pools, batch, started)
             compiled.summary.output_offsets = offsets
             compiled.merged_into = set(c.merged_parts)
