@@ -313,25 +313,27 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         # faster kept.
         offsets, fuse, ctx_offsets = obj.summary.output_offsets, ctx.fuse_pools, ctx.output_offsets
 
-        def variant(merge_only: set[str]):
+        def merging(merge_only: set[str]) -> CompileContext:
             c = context(fuse, ctx_offsets)
             c.merge_batch_parts, c.merge_only = True, merge_only
+            return c
+
+        def variant(merge_only: set[str]):
+            c = merging(merge_only)
             if progress:
                 c.progress = lambda what, done, total: progress(f"{what}, parts merged", done, total)
             compiled = _compiled(name, arch, strategy, source, run_passes(graph, c), samples, c, unfused_pools, batch, started)
             compiled.summary.output_offsets = offsets
             compiled.merged_into = set(c.merged_parts)
-            return compiled, c.merged_parts
+            return compiled
 
         # Only the fastest program so far is kept (a batch of a large model's LIR takes gigabytes).
         candidates, taking, board = [obj], dict(ctx.merged_parts), choice_board(arch)
         del obj, program
         obj = _choose_batch_parts(candidates, taking, variant, board)
-        if dump_ir is not None and getattr(obj, "merged_into", None):
+        if dump_ir is not None and obj.merged_into:
             # The IRs dumped are the first program's: the kept one's passes again, dumped and checked.
-            c = context(fuse, ctx_offsets)
-            c.merge_batch_parts, c.merge_only = True, obj.merged_into
-            run_passes(graph, c, dump_dir=dump_ir, check=True)
+            run_passes(graph, merging(obj.merged_into), dump_dir=dump_ir, check=True)
         obj.summary.seconds = time.perf_counter() - started
     return obj
 
@@ -349,58 +351,59 @@ def _timed(compiled, board: Board) -> tuple[float, dict[str, float]]:
 
 
 def _merging(variant, layers: set[str]):
-    """``variant(layers)``, leaving out each layer whose merged tile splits a fused pool's windows
-    (``PoolWindowsDoNotFit``); None if no layer is left or another layer does not fit."""
+    """``(variant(layers), None)``, leaving out each layer whose merged tile splits a fused pool's
+    windows (``PoolWindowsDoNotFit``); ``(None, why)`` if no layer is left or another does not fit."""
     while layers:
         try:
-            return variant(layers)
+            return variant(layers), None
         except PoolWindowsDoNotFit as e:
             if e.layer not in layers:
-                return None
+                return None, e.reason
             layers = layers - {e.layer}
-        except SystolixError:
-            return None
-    return None
+        except SystolixError as e:
+            return None, str(e)
+    return None, "every layer's merged tile splits a fused pool's windows"
 
 
 def _choose_batch_parts(candidates: list, taking: dict[str, list[str]], variant, board: Board):
     """The batch program ``candidates`` holds (its parts as layers; it could merge ``taking``:
     layer -> its parts), the program with every part merged (``variant(layers)`` merges into
-    ``layers``), or one merging only into the layers that the latency model on ``board`` times
-    faster merged than with their parts as layers: whichever runs in the fewest clocks. Only the
-    fastest so far is held (``candidates``, popped); ``summary.batch_parts`` says which, with the
-    clocks."""
-    best, best_label = candidates.pop(), "parts as layers"
-    found = _merging(variant, set(taking))
-    if found is None:
-        best.summary.batch_parts = "parts as layers (merged, the layers do not fit the memories)"
-        return best
-    merged, took = found
-    del found
-    label = "parts merged" if len(took) == len(taking) else f"parts merged into {len(took)} of {len(taking)} layers"
-    (apart_clocks, by_apart), (merged_clocks, by_merged) = _timed(best, board), _timed(merged, board)
-    clocks = {best_label: apart_clocks, label: merged_clocks}
-    if merged_clocks < apart_clocks:
-        best, best_label = merged, label
-    del merged
+    ``layers``; its ``merged_into`` says where it did), or one merging only into the layers that
+    the latency model on ``board`` times faster merged than with their parts as layers: whichever
+    runs in the fewest clocks. Only the fastest so far is held (``candidates``, popped);
+    ``summary.batch_parts`` says which, with the clocks."""
+
+    def label(compiled) -> str:
+        n = len(compiled.merged_into)
+        return "parts merged" if n == len(taking) else f"parts merged into {n} of {len(taking)} layers"
 
     def layer_clocks(table: dict[str, float], layer: str) -> float | None:
         hits = [v for k, v in table.items() if k == layer or k.endswith("/" + layer)]
         return sum(hits) if hits else None
 
+    best, best_label = candidates.pop(), "parts as layers"
+    merged, why = _merging(variant, set(taking))
+    if merged is None:
+        best.summary.batch_parts = f"parts as layers (merged: {why})"
+        return best
+    (apart_clocks, by_apart), (merged_clocks, by_merged) = _timed(best, board), _timed(merged, board)
+    clocks = {best_label: apart_clocks, label(merged): merged_clocks}
+    took = merged.merged_into
+    if merged_clocks < apart_clocks:
+        best, best_label = merged, label(merged)
+    del merged
     faster = set()
-    for layer, parts in took.items():
+    for layer in took:
         m, a = layer_clocks(by_merged, layer), layer_clocks(by_apart, layer)
-        a_parts = [layer_clocks(by_apart, p) for p in parts]
+        a_parts = [layer_clocks(by_apart, p) for p in taking[layer]]
         if m is not None and a is not None and None not in a_parts and m < a + sum(a_parts):
             faster.add(layer)
-    if faster and faster != set(took):
-        found = _merging(variant, faster)
-        if found is not None:
-            mixed_label = f"parts merged into {len(found[1])} of {len(taking)} layers"
-            clocks[mixed_label] = _timed(found[0], board)[0]
-            if clocks[mixed_label] < clocks[best_label]:
-                best, best_label = found[0], mixed_label
+    if faster and faster != took:
+        mixed, _ = _merging(variant, faster)
+        if mixed is not None:
+            clocks[label(mixed)] = _timed(mixed, board)[0]
+            if clocks[label(mixed)] < clocks[best_label]:
+                best, best_label = mixed, label(mixed)
     others = ", ".join(f"{k} {v:,.0f}" for k, v in clocks.items() if k != best_label)
     best.summary.batch_parts = f"{best_label}: {clocks[best_label]:,.0f} clocks against {others} ({board.name} latency model)"
     return best
@@ -422,11 +425,10 @@ def program_estimate(compiled, board: Board):
     model cut by its constants, in a row; host segments untimed)."""
     from systolix.perf.estimate import estimate, estimate_partitioned
 
+    if isinstance(compiled, CompiledModel):
+        return estimate(compiled.program, board, model=compiled.manifest)  # in memory, its layer map included
     with tempfile.TemporaryDirectory(prefix="systolix-choice-") as tmp:
-        path = compiled.save(tmp)
-        if isinstance(compiled, CompiledPartitionedModel):
-            return estimate_partitioned(path, board, time_host=False)[0]
-        return estimate(path, board)
+        return estimate_partitioned(compiled.save(tmp), board, time_host=False)[0]
 
 
 def program_clocks(compiled, board: Board) -> float:
