@@ -119,6 +119,23 @@ def test_zoo_model_matches_onnxruntime_within_the_bound(name):
 
 
 @pytest.mark.needs_emulator
+def test_a_model_exported_with_its_batch_norms_folded_keeps_its_biases_on_image_like_inputs():
+    """MobileNetV3-small at 128x128, exported by torch with its batch norms (fitted to image-like
+    inputs) folded into the convs: without statistics, the plain compile's estimate carries its
+    synthetic inputs through the weights, to 10 and more times the values image-like inputs give
+    at the last blocks. Bias corrections from those means (``correct_biases``) took the outputs'
+    error on 4 image-like inputs to 19 times the format's limit (onnxruntime with every tensor
+    rounded); without them it is about 4."""
+    from systolix.accuracy import measure
+
+    model = build_zoo("mobilenet_v3_small", 128)
+    report = measure(model, "ultra96v2", inputs=[example_inputs(model, seed) for seed in range(4)], per_layer=False)
+    (out,) = report.outputs
+    assert report.saturated_inputs == 0
+    assert out.ours.rms < 6 * out.limit.rms, (out.ours.rms, out.limit.rms)
+
+
+@pytest.mark.needs_emulator
 def test_bench_zoo_prints_one_row_per_model_as_json():
     result = CliRunner().invoke(app, ["bench", "--zoo", "--zoo-model", "unet", "--size", "16", "--json"])
     assert result.exit_code == 0, result.output

@@ -28,18 +28,21 @@ def test_fused_layers_on_the_rtl_give_the_emulators_outputs_in_the_predicted_clo
     assert simulate_rtl(pools.program, pools.arch).cycles < simulate_rtl(plain.program, plain.arch).cycles
 
 
-@pytest.mark.parametrize("kind", ["scaled_slope", "scaled_clip"])
+@pytest.mark.parametrize("kind", ["scaled_slope", "scaled_clip", "slope"])
 def test_a_merged_gain_undo_and_activation_on_the_rtl_give_the_emulators_outputs_in_the_predicted_clocks(kind):
     """``merge_post_ops``' tails (the slope, or the clip's bounds, at the amplified sum in the
-    register, then the scale written back: ``postops.ScaledSlope``, ``ScaledClip``): the same raw
-    outputs on the RTL as on the emulator, in the clocks the rtl timing model predicts."""
+    register, then the scale written back: ``postops.ScaledSlope``, ``ScaledClip``; LeakyReLU's 0.1
+    as two factors, ``Slope.factors``, merged or after an add): the same raw outputs on the RTL as
+    on the emulator, in the clocks the rtl timing model predicts."""
     from tests.onnx_builders import ir_of
-    from tests.unit.test_merge_post_ops import conv_clip, conv_leaky
+    from tests.unit.test_merge_post_ops import conv_add_leaky, conv_clip, conv_leaky
 
-    onnx_model = (conv_leaky(cin=8, cout=12, h=6, w=6, k=1) if kind == "scaled_slope"
-                  else conv_clip(cin=8, cout=12, size=6))
+    onnx_model = {"scaled_slope": lambda: conv_leaky(cin=8, cout=12, h=6, w=6, k=1),
+                  "scaled_clip": lambda: conv_clip(cin=8, cout=12, size=6),
+                  "slope": lambda: conv_add_leaky(c=8, h=6, w=6)}[kind]()
     (layer,) = ir_of(onnx_model, "pynqz1", until="merge post-ops").layers
-    assert [p.kind for p in layer.post_ops] == [kind]
+    assert layer.post_ops[-1].kind == kind
+    assert (getattr(layer.post_ops[-1], "factors", None) is not None) == (kind != "scaled_clip")
     model = systolix.compile(onnx_model, "pynqz1", host=False)
     feeds = {"x": np.random.default_rng(5).normal(0, 1, (1, 8, 6, 6)).astype(np.float32)}
     emulated, rtl = run_rtl(model, feeds)

@@ -18,13 +18,22 @@ ARCH = get_architecture("ultra96v2")  # FP16BP8
 LSB = 2.0 ** -8
 
 
-def _program(w: np.ndarray, bias: np.ndarray, mean: np.ndarray, estimated: bool = True) -> HirProgram:
-    x = Activation("x", w.shape[1], 4, 4, 16)
+def _program(w: np.ndarray, bias: np.ndarray, mean: np.ndarray, estimated: bool = True,
+             anchored: bool = True) -> HirProgram:
+    """The conv under test last; ``anchored``: its input written by a per-channel layer with
+    batch-norm statistics (its estimated means are the model's), else the program's input."""
+    C = w.shape[1]
+    x = Activation("x", C, 4, 4, 16)
     y = Activation("y", w.shape[0], 4, 4, 16)
-    layer = ConvLayer("conv", [ConvInput(x, weights=w)], y, bias, (1, 1))
+    layers, source = [], x
+    if anchored:
+        source = Activation("image", C, 4, 4, 16)
+        layers.append(ConvLayer("bn", [ConvInput(source, diagonal=np.ones((C, 1, 1), np.float32))], x,
+                                np.zeros(C, np.float32), (1, 1), statistics=(np.zeros(C), np.ones(C))))
+    layers.append(ConvLayer("conv", [ConvInput(x, weights=w)], y, bias, (1, 1)))
     peak = np.ones(w.shape[0])
-    ranges = {0: LayerRange(peak, peak, 16, estimated=estimated, input_mean=[mean])}
-    return HirProgram("m", 16, [layer], {"x": x}, {"y": y}, {"x": (1, w.shape[1], 4, 4)}, {"y": (1, w.shape[0], 4, 4)},
+    ranges = {len(layers) - 1: LayerRange(peak, peak, 16, estimated=estimated, input_mean=[mean])}
+    return HirProgram("m", 16, layers, {"x": source}, {"y": y}, {"x": (1, C, 4, 4)}, {"y": (1, w.shape[0], 4, 4)},
                       ranges=ranges)
 
 
@@ -41,6 +50,18 @@ def test_the_weights_are_rounded_and_the_bias_takes_their_mean_error():
     want = _program(rounded, want_bias, mean)
     assert same(dataclasses.replace(after, ranges={}), dataclasses.replace(want, ranges={}))
     assert np.all(want_bias != bias)  # the test says something: both biases moved
+
+
+def test_means_no_batch_norm_statistics_back_leave_the_bias_alone():
+    # The same layer reading a tensor the estimate carried through the weights from synthetic
+    # inputs (no statistics upstream, as in a model whose batch norms were folded before export):
+    # its weights are rounded, its bias is not moved by their guessed means.
+    w = np.array([[0.3 * LSB, 2.4 * LSB], [-1.3 * LSB, 5.0 * LSB]], np.float32)[:, :, None, None]
+    bias = np.array([0.25, -0.5], np.float32)
+    after = correct_biases(_program(w, bias, np.array([0.5, 2.0]), anchored=False), CompileContext(ARCH)).layers[-1]
+    rounded = np.array([[0.0, 2.0 * LSB], [-1.0 * LSB, 5.0 * LSB]], np.float32)[:, :, None, None]
+    assert np.array_equal(after.inputs[0].weights, rounded)
+    assert np.array_equal(after.bias, bias)
 
 
 def test_measured_ranges_and_plain_compiles_without_gains_keep_their_weights():
@@ -60,7 +81,7 @@ def test_the_correction_cancels_the_mean_error_of_the_rounded_sums():
     mean = rng.uniform(0.2, 1.0, 64)
     x = mean + 0.3 * rng.standard_normal((20000, 64))
     bias = np.zeros(32, np.float32)
-    after = correct_biases(_program(w[:, :, None, None], bias, mean), CompileContext(ARCH)).layers[0]
+    after = correct_biases(_program(w[:, :, None, None], bias, mean), CompileContext(ARCH)).layers[-1]
     wq = after.inputs[0].weights[:, :, 0, 0].astype(np.float64)
     assert np.all(wq * 256 == np.round(wq * 256))  # on the grid
     exact = x @ w.T.astype(np.float64)
@@ -72,8 +93,8 @@ def test_the_correction_cancels_the_mean_error_of_the_rounded_sums():
 
 def _conv_program(w: np.ndarray, mean: np.ndarray) -> HirProgram:
     hir = _program(w, np.zeros(w.shape[0], np.float32), mean)
-    layer = dataclasses.replace(hir.layers[0], kernel=w.shape[2:], pads=(1, 1, 1, 1))
-    return dataclasses.replace(hir, layers=[layer])
+    layer = dataclasses.replace(hir.layers[-1], kernel=w.shape[2:], pads=(1, 1, 1, 1))
+    return dataclasses.replace(hir, layers=hir.layers[:-1] + [layer])
 
 
 def test_an_input_channels_taps_round_to_their_rounded_sum():
@@ -81,7 +102,7 @@ def test_an_input_channels_taps_round_to_their_rounded_sum():
     # goes up where the nearest points put all three at 0; taps of -0.6, 0.2, 0.1 sum to -0.3,
     # rounded 0: the nearest points give -1, 0, 0, balanced they are 0, 0, 0.
     w = np.array([[[[0.4, 0.45, 0.3]], [[-0.6, 0.2, 0.1]]]], np.float32) * LSB
-    after = correct_biases(_conv_program(w, np.zeros(2)), CompileContext(ARCH)).layers[0]
+    after = correct_biases(_conv_program(w, np.zeros(2)), CompileContext(ARCH)).layers[-1]
     np.testing.assert_array_equal(after.inputs[0].weights / LSB, [[[[0, 1, 0]], [[0, 0, 0]]]])
 
 
@@ -92,7 +113,7 @@ def test_balanced_taps_leave_less_mean_error_than_the_nearest_points():
     rng = np.random.default_rng(1)
     w = (rng.standard_normal((32, 48, 3, 3)) * 0.03).astype(np.float32)
     mean = rng.uniform(0.2, 1.0, 48)
-    after = correct_biases(_conv_program(w, mean), CompileContext(ARCH)).layers[0]
+    after = correct_biases(_conv_program(w, mean), CompileContext(ARCH)).layers[-1]
     wq = after.inputs[0].weights.astype(np.float64)
     assert np.all(wq / LSB == np.round(wq / LSB))  # on the grid
     error = (wq - w) / LSB

@@ -74,6 +74,16 @@ def conv_leaky(cin=16, cout=24, h=8, w=8, k=3, seed=0):
     return make_model(nodes, [("x", [1, cin, h, w])], [("y", None)], inits)
 
 
+def conv_add_leaky(c=16, h=12, w=12, seed=0):
+    """A 1x1 conv, a residual add, then LeakyReLU: the add between keeps the slope a post-op of its own."""
+    rng = np.random.default_rng(seed)
+    inits = {"w": rng.normal(0, 0.15, (c, c, 1, 1)).astype(np.float32), "b": rng.normal(0, 0.1, c).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", kernel_shape=[1, 1]),
+             helper.make_node("Add", ["c", "x"], ["s"], name="add"),
+             helper.make_node("LeakyRelu", ["s"], ["y"], name="leaky", alpha=0.1)]
+    return make_model(nodes, [("x", [1, c, h, w])], [("y", None)], inits)
+
+
 def test_a_compiled_conv_and_leaky_relu_merge_their_tail():
     hir = ir_of(conv_leaky(), "ultra96v2", until="merge post-ops")
     (layer,) = hir.layers
@@ -106,6 +116,78 @@ def test_the_merged_tail_matches_onnxruntime_in_one_accumulator_clock_less_a_vec
     assert vectors <= unfused.unit_busy["acc"] - fused.unit_busy["acc"] <= vectors + 4
     assert fused.cycles < unfused.cycles
     assert simulate_rtl(merged.program, merged.arch).cycles <= simulate_rtl(apart.program, apart.arch).cycles
+
+
+def test_a_slope_off_the_grid_takes_two_factors_given_the_data_type():
+    from types import SimpleNamespace
+
+    from systolix.arch import get_architecture
+
+    ctx = SimpleNamespace(arch=get_architecture("ultra96v2"))
+    # 0.1 rounds to 26/256 (1.6% off); 226/256 * 29/256 is 0.006% off.
+    factors = (np.full(4, 226 / 256, np.float32), np.full(4, 29 / 256, np.float32))
+    before = conv_with([Scale(GAIN_UNDO), Slope(LEAK, node="leaky")])
+    after = conv_with([ScaledSlope(scale=GAIN_UNDO, slope=LEAK, factors=factors, node="leaky")])
+    assert same(M.merge_post_ops(before, ctx), after)
+    # A slope without a gain before it too; the float function is the slope's own.
+    assert same(M.merge_post_ops(conv_with([Slope(LEAK)]), ctx), conv_with([Slope(LEAK, factors=factors)]))
+    acc = np.random.default_rng(0).normal(0, 10, (4, 3, 3))
+    assert np.array_equal(Slope(LEAK, factors=factors).evaluate(acc, None), Slope(LEAK).evaluate(acc, None))
+    # A slope on the grid (0.125), above 1 or negative keeps one multiply.
+    for values in (0.125, 2.0, -0.1):
+        slope = np.full(4, values, np.float32)
+        assert M.slope_factors(slope, ctx.arch.data_type) is None
+    on_grid = conv_with([Scale(GAIN_UNDO), Slope(np.full(4, 0.125, np.float32))])
+    assert same(M.merge_post_ops(on_grid, ctx),
+                conv_with([ScaledSlope(scale=GAIN_UNDO, slope=np.full(4, 0.125, np.float32))]))
+
+
+@pytest.mark.parametrize("slope", [0.1, 0.01, 0.2, 0.3])
+def test_two_factors_follow_the_slope_on_every_negative_raw_value(slope):
+    """Every negative raw value of FP16BP8 through the two rounded multiplies, against the exact
+    product and against one multiply by the slope rounded (NumPy: products rounded half to even)."""
+    from systolix.numerics import DataType
+
+    dtype = DataType.FP16BP8
+    first, second = M.slope_factors(np.array([slope]), dtype)
+    a, b = int(round(first[0] * 256)), int(round(second[0] * 256))
+    assert 128 <= a <= 256 and 1 <= b <= 256 and a / 256 == first[0] and b / 256 == second[0]
+    x = np.arange(-32768, 0, dtype=np.int64)
+    exact = x * slope
+    two = M._scaled(np.int64(b), M._scaled(np.int64(a), x, dtype), dtype)
+    one = M._scaled(M._raw(slope, dtype), x, dtype)
+    # Each multiply rounds by at most half a step, the first's times the second factor.
+    assert np.max(np.abs(two - exact)) <= 0.5 + 0.5 * b / 256 + 32768 * abs(a * b / 65536 - slope)
+    assert np.max(np.abs(two - exact)) < 1.5  # (one rounded slope: up to 52 steps for 0.1)
+    rms = lambda d: float(np.sqrt(np.mean(np.square(d))))  # noqa: E731
+    assert rms(two - exact) < rms(one - exact) / 4
+
+
+@pytest.mark.parametrize("kind", ["scaled_slope", "slope"])
+def test_two_factor_slopes_bring_negative_outputs_nearer_onnxruntime_for_a_clock_a_vector(monkeypatch, kind):
+    model = conv_leaky(k=1, h=12, w=12) if kind == "scaled_slope" else conv_add_leaky()
+    x = np.random.default_rng(2).normal(0, 1, (1, 16, 12, 12)).astype(np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    (layer,) = ir_of(model, "ultra96v2", until="merge post-ops").layers
+    assert layer.post_ops[-1].kind == kind and layer.post_ops[-1].factors is not None
+    precise = systolix.compile(model, "ultra96v2", host=False)
+    monkeypatch.setattr(M, "slope_factors", lambda values, dtype: None)
+    rounded = systolix.compile(model, "ultra96v2", host=False)
+    bound = output_bounds(model, {"x": x})["y"]
+    negative = ref < -0.1  # pre-activations below -1: the rounded slope errs by 0.4 LSB and more there
+    errors = {}
+    for name, compiled in (("precise", precise), ("rounded", rounded)):
+        got = compiled.run({"x": x})["y"]
+        assert float(np.max(np.abs(got - ref))) <= bound
+        errors[name] = float(np.sqrt(np.mean(np.square(got - ref)[negative]))) / 2.0 ** -8
+    # The rounded slope errs by 1.6% of a pre-activation; the two factors leave about the output's
+    # own rounding (1 / sqrt(12) = 0.29 LSB RMS).
+    assert errors["precise"] < 0.35 and errors["precise"] < 0.6 * errors["rounded"], errors
+    # One more SIMD multiply a vector: one accumulator clock (12 x 12 pixels x the channel groups).
+    vectors = 12 * 12 * layer.output.G
+    board = get_board("ultra96-v2")
+    extra = estimate(precise.program, board).unit_busy["acc"] - estimate(rounded.program, board).unit_busy["acc"]
+    assert vectors <= extra <= vectors + 4
 
 
 def test_a_gain_undo_then_a_clip_becomes_one_scaled_clip_with_bounds_on_the_sums_grid():

@@ -154,7 +154,7 @@ class RangeEstimate:
     def _run(self, index: int, layer, keep: bool) -> LayerRange | None:
         runs, out = self.runs, layer.output
         upstream = any(id(act.root()[0]) in self.normalised for act in layer.reads())
-        if keep and (upstream or (isinstance(layer, ConvLayer) and layer.statistics is not None)):
+        if keep and writes_normalised(layer, self.normalised):
             self.normalised.add(id(out.root()[0]))
         if not isinstance(layer, ConvLayer):
             if keep:
@@ -213,6 +213,23 @@ class RangeEstimate:
         if keep:
             runs.write(out, sums)
         return seen
+
+
+def writes_normalised(layer, normalised: set[int]) -> bool:
+    """Whether ``layer``'s output follows batch-norm statistics: the layer has its own
+    (``ConvLayer.statistics``) or reads a tensor of ``normalised`` (root tensors, by ``id``)."""
+    return (any(id(act.root()[0]) in normalised for act in layer.reads())
+            or (isinstance(layer, ConvLayer) and layer.statistics is not None))
+
+
+def normalised_tensors(hir: HirProgram) -> set[int]:
+    """The root tensors (by ``id``) of ``hir`` whose values the estimate takes from batch-norm
+    statistics: written by a layer with statistics, or downstream of one."""
+    out: set[int] = set()
+    for layer in hir.layers:
+        if writes_normalised(layer, out):
+            out.add(id(layer.output.root()[0]))
+    return out
 
 
 def _average_bound(layer: ConvLayer, bounds: dict[str, np.ndarray]) -> np.ndarray | None:

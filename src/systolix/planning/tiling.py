@@ -112,7 +112,7 @@ POST_OP_CLOCKS = {"add": 1, "add_const": 1, "relu": 2, "mul": 2, "mul_bcast": 2,
 
 def _tail_clocks(layer) -> int:
     """Accumulator clocks of a tile's tail per output vector: its post-ops, then the save."""
-    return sum(POST_OP_CLOCKS.get(p.kind, 2) for p in layer.post_ops) + 1
+    return sum(p.accumulator_clocks or POST_OP_CLOCKS.get(p.kind, 2) for p in layer.post_ops) + 1
 
 
 def _whole_windows(layer, R: int) -> int:
