@@ -16,7 +16,7 @@ inputs, and with their means corrected its plain error on two such inputs at 224
 the limit's (EfficientNet-B0: 28 times); without, 4.6 and 2.4 times. So those inputs' means are
 not used (their taps are still balanced, below). Where the data is what the estimate assumes
 (the untuned models' random normal inputs, ``benchmarks/bench_accuracy.py``) the guess was
-right and that costs a little: the untuned VGG 1.81 -> 1.92 times the limit, the DenseNet-like
+right and that costs a little: the untuned VGG 1.81 -> 1.91 times the limit, the DenseNet-like
 net 1.30 -> 1.49, the wide ResNet 1.22 -> 1.29. The calibrated compile's ``round_weights`` makes up for
 the same error from the samples' Gram matrices instead; this pass runs only on estimated ranges.
 
