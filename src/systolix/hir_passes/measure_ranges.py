@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from systolix.hir_passes.round_weights import GRAM_BUDGET, accumulate_gram, gram_size
+from systolix.hir_passes.round_weights import GRAM_BUDGET, GramSums, accumulate_gram, gram_size, shrunk
 from systolix.ir.evaluate import evaluate
 from systolix.ir.hir import ConvLayer, HirProgram
 from systolix.numerics import DataType
@@ -53,16 +53,16 @@ class LayerRange:
     bound: np.ndarray  # per output channel, sum_i |w_i| * max|input| + |bias|: no input under the
     # samples' largest value can take a sum past it
     observations: int  # values behind each channel's peak (samples x output pixels)
-    gram: np.ndarray | None = None  # its inputs' sum of x x^T (``round_weights``)
+    gram: np.ndarray | None = None  # its inputs' sum of x x^T, their correlations shrunk by how
+    # much they vary from sample to sample (``round_weights.shrunk``)
     largest: np.ndarray | None = None  # per output channel, the largest over every sample (the
     # peak when there are no more than REFERENCE_SAMPLES)
     estimated: bool = False  # from the model itself, not samples (``estimate_ranges``): ``peak``
     # is the range to keep below saturation, margins included
     input_mean_square: list[np.ndarray] | None = None  # estimated ranges: per input, per channel,
     # the mean square of its values (real scale, before any exponent) that ``gain_payoff`` weighs
-    input_mean: list[np.ndarray] | None = None  # per input, per channel, the mean of its values
-    # (real scale) that ``correct_biases`` takes the weights' rounding against: estimated, or
-    # measured on the samples (``round_weights``, for layers with too few observations for GPTQ)
+    input_mean: list[np.ndarray] | None = None  # estimated ranges: per input, per channel, the mean
+    # of its values (real scale) that ``correct_biases`` takes the weights' rounding against
     post_slope: np.ndarray | None = None  # estimated ranges: per output channel, the mean squared
     # slope of the post-ops after the sum (how much of the sums' error reaches the output)
     tail: np.ndarray | None = None  # measured ranges of at least TAIL_SAMPLES samples, outputs of
@@ -94,7 +94,6 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
     peaks: dict[int, list[np.ndarray]] = {}
     wholes: dict[int, list[np.ndarray]] = {}  # a split reduction's last part: its whole sum's peaks
     inputs: dict[int, list[float]] = {}
-    sums: dict[int, list[np.ndarray]] = {}  # per layer, per input, its channels' means summed over samples
     # The Gram matrices of a large model do not all fit in memory at once: as many layers as
     # GRAM_BUDGET holds ride along with the range-finding runs, the rest take more runs.
     sizes = {i: gram_size(layer, len(samples)) for i, layer in enumerate(hir.layers)
@@ -109,7 +108,7 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
             used = 0
         groups[-1].append(i)
         used += size
-    grams: dict[int, np.ndarray] = {}
+    grams: dict[int, GramSums] = {}
 
     def add_grams(ev, group: list[int]) -> None:
         for i in group:
@@ -135,8 +134,6 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
             values = [np.asarray(ev.read(inp.act), np.float64).reshape(inp.act.C, -1) for inp in hir.layers[index].inputs]
             seen = [float(np.max(np.abs(v), initial=0.0)) for v in values]
             inputs[index] = seen if index not in inputs else [max(a, b) for a, b in zip(inputs[index], seen)]
-            means = [np.mean(v, axis=1) for v in values]
-            sums[index] = means if index not in sums else [a + b for a, b in zip(sums[index], means)]
         if groups:
             add_grams(ev, groups[0])
     for group in groups[1:]:
@@ -165,8 +162,9 @@ def measure(hir: HirProgram, samples: Sequence[dict[str, np.ndarray]], dtype: Da
             # (No bound from the weights: the other parts' inputs are not this layer's.)
             whole = LayerRange(-np.partition(-summed, rank - 1, axis=0)[rank - 1], np.full_like(bound, np.inf),
                                used * layer.output.P, largest=summed.max(axis=0), tail=_tail(summed, layer, len(samples)))
-        ranges[index] = LayerRange(peak, bound, used * layer.output.P, grams.get(index), stacked.max(axis=0),
-                                   input_mean=[total / len(samples) for total in sums[index]], tail=tail, whole=whole)
+        gram = shrunk(grams[index]) if index in grams else None
+        ranges[index] = LayerRange(peak, bound, used * layer.output.P, gram, stacked.max(axis=0),
+                                   tail=tail, whole=whole)
     return ranges
 
 

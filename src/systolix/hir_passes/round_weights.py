@@ -14,14 +14,17 @@ The bias is rounded last as one more weight whose input is always 1, so it takes
 mean of the inputs carries of the others' errors. ``measure_ranges`` collects the Gram matrices
 in the same float runs that find the accumulator ranges.
 
-A layer with too few observations for its Gram matrix (``OBSERVATIONS_PER_WEIGHT``: the small
-maps of a deep network's last stages, where a 3x3 conv over 256 channels reads 2,305 weights a
-row) gets what a plain compile does (``correct_biases.corrected``): balanced taps and the mean of
-their rounding error taken out of the bias, with the channels' means measured on the samples.
-Rounded to nearest without it, ResNet-50 v2's residual stream gathered a per-channel offset
-that its global average pool kept: calibrated on 64 samples, 3.3 LSB RMS at the logits without
-it, 1.07 with it (``benchmarks/bench_accuracy.py resnet50v2``, with this session's pool changes
-at an intermediate state for "without"; the plain compile 1.00).
+A Gram matrix from few samples is a poor picture of the inputs (the small maps of a deep
+network's last stages, where a 3x3 conv over 256 channels reads 2,305 weights a row from 36
+pixels a sample): GPTQ fits its noise and misses on other inputs. Its correlations are therefore
+shrunk toward zero first, as far as their spread from sample to sample says they are noise
+(``shrinkage``: Schaefer and Strimmer's estimate, no constant of ours), which moves GPTQ toward
+rounding to nearest with the mean error taken out of the bias. Such layers had been rounded as
+a plain compile does (balanced taps, bias corrected by the samples' means) below 8 observations
+a weight; with the shrinkage every layer with ``OBSERVATIONS_FOR_MEANS`` takes GPTQ
+(``benchmarks/bench_accuracy.py``, 64 samples: ResNet-50 v2's calibrated error 1.42 -> 1.30
+times the limit's with its 7x7 stages, YOLOv4-tiny's 1.81 -> 1.76 with its 6x6 and 12x12 ones,
+together with ``split_long_reductions``' parts on small maps; the others within 2%).
 """
 
 from __future__ import annotations
@@ -41,18 +44,13 @@ from systolix.numerics import DataType, from_fixed, to_fixed
 DAMPING = 0.001
 # Columns rounded between two updates of the rest of the matrix (GPTQ's lazy batches).
 BLOCK = 128
-# Fewer input vectors than this per weight of a row, and the Gram matrix is a poor picture of
-# the inputs: the weights fit the samples and miss on other inputs (a Gemm sees one vector per
-# sample; on the MLP, 32 samples for 257 weights per row made the error 18% larger than plain
-# rounding did).
-OBSERVATIONS_PER_WEIGHT = 8
-# Observations (samples x output pixels, as ``LayerRange.observations`` counts them) a layer
-# left to plain rounding needs for its inputs' means to correct its bias (``round_weights``): a
-# mean of n values is known to about 1/sqrt(n) of their spread, here 1/16. A Gemm's 32 (one
-# vector a sample) made the MLPs' error 5% larger; the MobileNetV2 stack's 3x3 maps (288) gain.
+# Observations (samples x output pixels) a layer needs for GPTQ: its inputs' means, which take the
+# weights' rounding out of its bias, are then known to about 1/sqrt(n) of their spread, here 1/16.
+# A Gemm's 32 (one vector a sample) made the MLPs' error 5% larger than rounding to nearest.
 OBSERVATIONS_FOR_MEANS = 256
-# Gram matrices held at once, in float64 entries (256 MB); a model with more needs more runs.
-GRAM_BUDGET = 1 << 25
+# Gram matrices held at once, in float64 entries (512 MB), with the sums of their squares
+# (``GramSums``); a model with more needs more runs.
+GRAM_BUDGET = 1 << 26
 
 
 def _columns(layer: ConvLayer, ev) -> list[np.ndarray]:
@@ -89,18 +87,20 @@ def _row_length(layer: ConvLayer) -> int:
 
 
 def gram_size(layer: ConvLayer, samples: int) -> int:
-    """Entries of the layer's Gram matrix over ``samples`` inputs; 0 for a layer this pass
-    leaves to plain rounding (a mix of dense and per-channel inputs, or too few observations)."""
+    """Entries ``GramSums`` holds for the layer over ``samples`` inputs; 0 for a layer this pass
+    leaves to plain rounding (a mix of dense and per-channel inputs, or fewer observations than
+    ``OBSERVATIONS_FOR_MEANS``)."""
     kind = _kind(layer)
     k = _row_length(layer)
-    if kind is None or samples * layer.output.P < OBSERVATIONS_PER_WEIGHT * k:
+    if kind is None or samples * layer.output.P < OBSERVATIONS_FOR_MEANS:
         return 0
-    return k * k if kind == "dense" else layer.output.C * k * k
+    return 2 * (k * k if kind == "dense" else layer.output.C * k * k)
 
 
-def accumulate_gram(layer: ConvLayer, ev, gram: np.ndarray | None) -> np.ndarray:
+def accumulate_gram(layer: ConvLayer, ev, gram: GramSums | None) -> GramSums:
     """``gram`` plus this sample's ``sum x x^T`` over output pixels (with the constant-1 bias
-    input last), for a layer ``gram_size`` admits (dense if its inputs have dense weights)."""
+    input last), for a layer ``gram_size`` admits (dense if its inputs have dense weights), and
+    what ``shrunk`` needs of how much its correlations vary from sample to sample."""
     cols = _columns(layer, ev)
     pixels = layer.output.H * layer.output.W
     if layer.inputs[0].weights is not None:
@@ -110,7 +110,77 @@ def accumulate_gram(layer: ConvLayer, ev, gram: np.ndarray | None) -> np.ndarray
         c = cols[0]
         x = np.concatenate([c, np.ones((c.shape[0], 1, pixels))], axis=1)
         add = np.einsum("ctp,cup->ctu", x, x)
-    return add if gram is None else gram + add
+    mean = add / pixels  # this sample's own Gram matrix, a mean over its pixels
+    if gram is None:
+        return GramSums(add, mean * mean, 1)
+    return GramSums(gram.total + add, gram.squares + mean * mean, gram.samples + 1)
+
+
+@dataclasses.dataclass
+class GramSums:
+    """A layer's Gram matrix as the samples add to it: ``total`` the sum of ``x x^T`` over samples
+    and pixels (``[K+1, K+1]``, or ``[C, T+1, T+1]`` per channel), ``squares`` the sum over samples
+    of each entry of a sample's own Gram matrix (its mean over pixels) squared, ``samples`` how many."""
+
+    total: np.ndarray
+    squares: np.ndarray
+    samples: int
+
+
+def _covariance(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(covariance, means, count)`` of the inputs of ``gram`` (a sum of ``x x^T`` whose last
+    input is the constant 1, so its last row holds the sums and the count)."""
+    count = gram[..., -1, -1]
+    safe = np.where(count > 0, count, 1.0)
+    means = gram[..., :-1, -1] / safe[..., None]
+    cov = gram[..., :-1, :-1] / safe[..., None, None] - means[..., :, None] * means[..., None, :]
+    return cov, means, count
+
+
+def _off_diagonal(m: np.ndarray) -> np.ndarray:
+    """Sum of ``m``'s entries off its diagonal (per leading index)."""
+    return np.sum(m, axis=(-2, -1)) - np.sum(np.diagonal(m, axis1=-2, axis2=-1), axis=-1)
+
+
+def shrinkage(sums: GramSums) -> np.ndarray:
+    """How far the Gram matrix's correlations (of its inputs centred) are pulled toward zero (0:
+    not at all, 1: to a diagonal matrix, with which GPTQ rounds to nearest and takes the mean
+    error out of the bias): Schaefer and Strimmer's (2005) estimate for their target D, the
+    summed variance of the correlations' estimates over their summed squares. The variance comes
+    from the spread of the samples' own Gram matrices, not from their pixels, which one image
+    makes alike. Few samples for many weights (a deep layer's small maps, a dense layer's one
+    vector a sample) give a noisy Gram matrix, which GPTQ would fit and miss on other inputs;
+    this pulls it toward plain rounding as far as its noise calls for."""
+    m = sums.samples
+    cov, _, count = _covariance(np.asarray(sums.total, np.float64))
+    d = np.diagonal(cov, axis1=-2, axis2=-1)
+    inv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0)
+    weight = inv[..., :, None] * inv[..., None, :]  # 1 / (d_i d_j): covariances squared to correlations squared
+    pooled = _off_diagonal(cov * cov * weight)
+    if m < 2:
+        return np.ones_like(pooled)
+    mean = sums.total[..., :-1, :-1] / np.where(count > 0, count, 1.0)[..., None, None]  # of the samples' Gram matrices
+    variance = np.maximum(sums.squares[..., :-1, :-1] / m - mean * mean, 0.0) / (m - 1)
+    spread = _off_diagonal(variance * weight)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lam = np.where(pooled > 0, spread / pooled, 1.0)
+    return np.clip(lam, 0.0, 1.0)
+
+
+def shrunk(sums: GramSums) -> np.ndarray:
+    """The Gram matrix (the sum of ``x x^T``) with the correlations of its centred inputs shrunk by
+    ``shrinkage``: each input's variance and its mean (the bias row: means are known far better
+    than correlations, and are what takes the weights' rounding out of the bias) kept."""
+    lam = shrinkage(sums)
+    cov, means, count = _covariance(np.asarray(sums.total, np.float64))
+    keep = (1.0 - lam)[..., None, None] if np.ndim(lam) else 1.0 - float(lam)
+    diag = np.diagonal(cov, axis1=-2, axis2=-1).copy()
+    cov = cov * keep
+    idx = np.arange(cov.shape[-1])
+    cov[..., idx, idx] = diag
+    gram = np.array(sums.total, np.float64)
+    gram[..., :-1, :-1] = (cov + means[..., :, None] * means[..., None, :]) * count[..., None, None]
+    return gram
 
 
 def _inverse_factor(h: np.ndarray) -> np.ndarray:
@@ -177,24 +247,12 @@ def round_weights(hir: HirProgram, ctx) -> HirProgram:
     ``hir.layers``, as ``measure_ranges`` collects them: summed over samples and pixels) gets
     weights and bias already on the data type's grid, chosen by ``gptq``; the constant image then
     stores them unchanged."""
-    # (here: ``measure_ranges`` imports this module for its Gram matrices)
-    from systolix.hir_passes.correct_biases import corrected
-    from systolix.hir_passes.measure_ranges import exact
-
     grams = {i: r.gram for i, r in hir.ranges.items() if r.gram is not None}
     dtype = ctx.arch.data_type
     if not dtype.is_fixed:
         return hir
     quantize = on_grid(dtype)
     layers = list(hir.layers)
-    corrected_names = []
-    for index, seen in hir.ranges.items():
-        layer = layers[index]
-        if (seen.gram is None and not seen.estimated and seen.input_mean is not None and isinstance(layer, ConvLayer)
-                and seen.observations >= OBSERVATIONS_FOR_MEANS and _kind(layer) is not None and not exact(layer, dtype)):
-            exponents = [hir.exponents.get(inp.act.root()[0].name, 0) for inp in layer.inputs]
-            layers[index] = corrected(layer, seen.input_mean, exponents, dtype)
-            corrected_names.append(layer.name)
     for index, gram in grams.items():
         layer = layers[index]
         bias = np.asarray(layer.bias, np.float64)[:, None]
@@ -213,4 +271,4 @@ def round_weights(hir: HirProgram, ctx) -> HirProgram:
             inputs = [ConvInput(inp.act, diagonal=rounded[:, :-1].reshape(inp.diagonal.shape).astype(np.float32))]
         layers[index] = dataclasses.replace(layer, inputs=inputs, bias=rounded[:, -1].astype(np.float32))
     names = [layers[i].name for i in sorted(grams)]
-    return dataclasses.replace(hir, layers=layers, rounded=list(hir.rounded) + names + corrected_names)
+    return dataclasses.replace(hir, layers=layers, rounded=list(hir.rounded) + names)

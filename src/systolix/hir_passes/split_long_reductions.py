@@ -24,10 +24,14 @@ pass over the map).
 Maps are split too (issue 20: long reductions are most of a plain compile's error on YOLOv4-tiny
 and ResNet-50 v2, whose 3x3 convolutions sum 576 to 4,608 products at gains of 4 to 8), but a
 map's parts cost: each saves its partial map and the last adds it back, about two vectors moved
-per output vector a part, against ``K / N`` MatMul vectors per output vector. So a map takes no
-more parts than ``map_parts`` allows (``MAP_PART_COST`` of its MatMul vectors), and only a long
-reduction takes any: on ``ultra96v2`` (16 lanes) a 3x3 conv over 64 channels takes 2, over 256
-channels 5; a 3x3 conv over 32 channels none. On ``ultra96v2``, 64 random normal inputs (16 for
+per output vector a part, against ``K / N`` MatMul vectors per output vector and the weight loads
+between them. So a map takes no more parts than ``map_parts`` allows (``MAP_PART_COST`` of the
+array's time on it), and only a long reduction takes any: on ``ultra96v2`` (16 lanes) a 3x3 conv
+over a 48x48 map of 64 channels may take 2, over a 24x24 map of 256 channels 5 (4 in whole
+vectors), over a 6x6 one 11 (8: its weight loads take more of its time than its MatMuls); a 3x3
+conv over 32 channels of a large map none. Counting the loads (they were left out before) took YOLOv4-tiny's calibrated error
+from 1.83 to 1.78 times the limit's (its deep layers' 6x6 and 12x12 maps took more parts), for
+-0.3% to +0.9% of its clocks (``systolix estimate``, plain compiles). On ``ultra96v2``, 64 random normal inputs (16 for
 the two large models), ``benchmarks/bench_accuracy.py``'s plain compiles went from 3.85 to 2.98
 times the format's limit (YOLOv4-tiny), 2.82 to 2.01 (ResNet-50 v2) and 2.03 to 1.84 (the
 untuned VGG), for 4.8%, 4.0% and 1.3% more time on the ultra96-v2 (``systolix bench``). The
@@ -72,8 +76,11 @@ from systolix.ir.postops import AddConstant, AddTensor
 # ``tests/e2e/test_compile_networks.py`` past their range (up to 1.31x); in 32 parts of 64, one
 # (1.05x); in 16 parts of 128, none (at most 0.81x of it).
 MIN_PART_PRODUCTS = 128
-# A split map's saves and adds may cost up to this share of its MatMul vectors (``map_parts``).
+# A split map's saves and adds may cost up to this share of the array's time on it (``map_parts``).
 MAP_PART_COST = 0.06
+# Clocks per lane a weight block costs the array besides its MatMuls: Tensil's array has no second
+# weight buffer, so the last input leaves it (``2N - 1`` clocks) before ``N + 1`` vectors load.
+WEIGHT_LOAD_CLOCKS = 3
 
 
 def reduction_parts(layer, N: int, part_channels: int | None = None, maps: bool = True) -> list[tuple[int, int]] | None:
@@ -130,10 +137,15 @@ def _dense(weights: np.ndarray) -> bool:
 def map_parts(layer: ConvLayer, N: int) -> int:
     """The most parts a layer of more than one output pixel takes: every part but the last saves
     its partial map and the last adds it back (about two vectors moved per output vector a part),
-    against ``K / N`` MatMul vectors per output vector for ``K`` products; parts may cost up to
-    ``MAP_PART_COST`` of those."""
+    against the array's time on the layer, which parts may cost up to ``MAP_PART_COST`` of: per
+    output vector ``K / N`` MatMul vectors for ``K`` products, and per weight block it loads
+    ``WEIGHT_LOAD_CLOCKS`` lanes' worth besides its pixels' vectors. On a large map that is the
+    MatMuls alone; on a small one the loads are most of it (a 6x6 map streams 36 vectors a block
+    against 48 clocks of load on 16 lanes), and its parts cost that much less of its time."""
     products = layer.inputs[0].act.C * taps(layer)
-    return 1 + int(MAP_PART_COST * products / (2 * N))
+    pixels = layer.output.H * layer.output.W
+    array_share = (pixels + WEIGHT_LOAD_CLOCKS * N) / pixels  # the array's clocks per MatMul vector
+    return 1 + int(MAP_PART_COST * products * array_share / (2 * N))
 
 
 def taps(layer: ConvLayer) -> int:
