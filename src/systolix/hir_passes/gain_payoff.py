@@ -157,20 +157,20 @@ class ErrorVariances:
             self._put(layer.output, np.full(layer.output.C, max(reads, default=0.0) + self._rounding(layer.output)))
 
 
-def part_adds(layer: ConvLayer) -> list[AddTensor]:
+def part_adds(layer: ConvLayer, maps: bool = False) -> list[AddTensor]:
     """The accumulator adds that sum a reduction's other parts into ``layer`` (its last part) at
-    an exponent of their own: one-pixel layers only. A map's parts are summed at its output's
-    exponent: the multiply between the two would cost a SIMD operation per output vector, for
-    little (a map's few parts' roundings are small beside its products')."""
-    if layer.output.P != 1:
+    an exponent of their own: one-pixel layers, and with ``maps`` (a calibrated compile's,
+    ``tensor_exponents.maps_apart``) maps too. Otherwise a map's parts are summed at its output's
+    exponent: the multiply between the two costs a SIMD operation per output vector."""
+    if layer.output.P != 1 and not maps:
         return []
     return [op for op in layer.post_ops if isinstance(op, AddTensor) and op.node == PART_NODE]
 
 
-def summed_tensor(layer: ConvLayer):
+def summed_tensor(layer: ConvLayer, maps: bool = False):
     """The tensor whose exponent ``layer``'s sums are computed at (``tensor_exponents``): its
-    parts' (the last part of a split one-pixel reduction), else its output."""
-    parts = part_adds(layer)
+    parts' (the last part of a split reduction whose parts ``part_adds`` sums apart), else its output."""
+    parts = part_adds(layer, maps)
     return parts[0].operand if parts else layer.output
 
 

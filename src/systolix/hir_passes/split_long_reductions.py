@@ -16,8 +16,8 @@ accumulator ``add`` operations, exact, after undoing its own gain and before the
 activations. A one-pixel layer's partial results are stored, and summed, at the finest exponent
 the whole sum's range allows (``tensor_exponents``: the parts' own tensors; a multiply then takes
 the sum to the output's exponent), so a part's rounding costs ``1 / G^2`` of one at the
-output's scale; a map's at its output's (that multiply would cost a SIMD operation per output
-vector). A one-pixel layer's bias is added last the same way (in a part it would take some of
+output's scale; a map's too where its ranges are measured (calibrated: that multiply costs a SIMD
+operation per output vector), else at its output's (``tensor_exponents.maps_apart``). A one-pixel layer's bias is added last the same way (in a part it would take some of
 its room for gain); a map's stays in the last part's bias row (added apart, it would be one more
 pass over the map).
 
