@@ -28,10 +28,9 @@ per output vector a part, against ``K / N`` MatMul vectors per output vector and
 between them. So a map takes no more parts than ``map_parts`` allows (``MAP_PART_COST`` of the
 array's time on it), and only a long reduction takes any: on ``ultra96v2`` (16 lanes) a 3x3 conv
 over a 48x48 map of 64 channels may take 2, over a 24x24 map of 256 channels 5 (4 in whole
-vectors), over a 6x6 one 11 (8: its weight loads take more of its time than its MatMuls); a 3x3
-conv over 32 channels of a large map none. Counting the loads (they were left out before) took YOLOv4-tiny's calibrated error
-from 1.83 to 1.78 times the limit's (its deep layers' 6x6 and 12x12 maps took more parts), for
--0.3% to +0.9% of its clocks (``systolix estimate``, plain compiles). On ``ultra96v2``, 64 random normal inputs (16 for
+vectors), over a 6x6 one 6 (the weight loads are much of its time), over ResNet-50's 7x7 maps of
+512 channels 11; a 3x3 conv over 32 channels none. The loads were left out until 2026-11-28, when
+6x6 over 256 channels took 4 parts and 7x7 over 512 8. On ``ultra96v2``, 64 random normal inputs (16 for
 the two large models), ``benchmarks/bench_accuracy.py``'s plain compiles went from 3.85 to 2.98
 times the format's limit (YOLOv4-tiny), 2.82 to 2.01 (ResNet-50 v2) and 2.03 to 1.84 (the
 untuned VGG), for 4.8%, 4.0% and 1.3% more time on the ultra96-v2 (``systolix bench``). The
@@ -81,6 +80,13 @@ MAP_PART_COST = 0.06
 # Clocks per lane a weight block costs the array besides its MatMuls: Tensil's array has no second
 # weight buffer, so the last input leaves it (``2N - 1`` clocks) before ``N + 1`` vectors load.
 WEIGHT_LOAD_CLOCKS = 3
+# Images a weight block streams when the parts are priced: a batch program's small maps share
+# their weight tiles, so there the loads are a smaller share of the time and the parts a larger
+# one. A program's parts are the same at every batch (its outputs the batch-1 program's, bit for
+# bit), so they are priced where they cost most, at the batch of four ``systolix bench`` runs (the
+# DPU's): priced at one image, YOLOv4-tiny's batch-4 program on the ultra96-v2 took 2.3% more
+# clocks (69.6% of its compute bound, against issue 19's 70%), at four 1.2% (70.3%).
+PRICED_IMAGES = 4
 
 
 def reduction_parts(layer, N: int, part_channels: int | None = None, maps: bool = True) -> list[tuple[int, int]] | None:
@@ -139,12 +145,13 @@ def map_parts(layer: ConvLayer, N: int) -> int:
     its partial map and the last adds it back (about two vectors moved per output vector a part),
     against the array's time on the layer, which parts may cost up to ``MAP_PART_COST`` of: per
     output vector ``K / N`` MatMul vectors for ``K`` products, and per weight block it loads
-    ``WEIGHT_LOAD_CLOCKS`` lanes' worth besides its pixels' vectors. On a large map that is the
-    MatMuls alone; on a small one the loads are most of it (a 6x6 map streams 36 vectors a block
-    against 48 clocks of load on 16 lanes), and its parts cost that much less of its time."""
+    ``WEIGHT_LOAD_CLOCKS`` lanes' worth besides its ``PRICED_IMAGES`` images' vectors. On a large
+    map that is the MatMuls alone; on a small one the loads are much of it (a 6x6 map streams 144
+    vectors a block for four images against 48 clocks of load on 16 lanes), and its parts cost
+    that much less of its time."""
     products = layer.inputs[0].act.C * taps(layer)
-    pixels = layer.output.H * layer.output.W
-    array_share = (pixels + WEIGHT_LOAD_CLOCKS * N) / pixels  # the array's clocks per MatMul vector
+    vectors = layer.output.H * layer.output.W * PRICED_IMAGES  # a weight block's MatMul vectors
+    array_share = (vectors + WEIGHT_LOAD_CLOCKS * N) / vectors  # the array's clocks per MatMul vector
     return 1 + int(MAP_PART_COST * products * array_share / (2 * N))
 
 
