@@ -237,7 +237,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     they read, or save such a tensor subsampled from its producer's tail
     (``systolix.hir_passes.subsample_strided_reads``).
     ``split_maps``: sum a long reduction over a map in parts, each with its own gains, where the
-    parts' saves and adds cost at most ``MAP_PART_COST`` of its MatMuls
+    parts' saves and adds cost at most ``MAP_PART_COST`` of the array's time on it
     (``systolix.hir_passes.split_long_reductions``; ``False``: every map's reduction whole, a few
     percent faster and less accurate; one-pixel heads are split either way).
     ``correct_offsets``: with ``calibration``, run the samples through the compiled program and

@@ -108,9 +108,10 @@ def sum_root(layer: ConvLayer, maps: bool = False) -> int:
 def maps_apart(hir: HirProgram) -> bool:
     """Whether a map's parts are summed at an exponent of their own, like a one-pixel layer's:
     where the ranges are measured on samples (a calibrated compile). The multiply to the output's
-    exponent costs one SIMD operation per output vector (calibrated, on ``ultra96v2``: ResNet-20
-    v2's error 1.39 -> 1.32 times the limit's, YOLOv4-tiny's 1.76 -> 1.72, ResNet-50 v2's 1.30 ->
-    1.26). The estimate's bound of a whole sum follows its synthetic inputs and the batch norms'
+    exponent costs one SIMD operation per output vector (calibrated, on ``ultra96v2``,
+    ``benchmarks/bench_accuracy.py``: ResNet-20 v2's error 1.39 -> 1.32 times the limit's,
+    YOLOv4-tiny's 1.76 -> 1.72, ResNet-50 v2's 1.30 -> 1.26, the untuned VGG's 1.20 -> 1.25, with
+    the parts then priced at one image). The estimate's bound of a whole sum follows its synthetic inputs and the batch norms'
     statistics, and a sum at the finer exponent it allows went past its range: ResNet-50 v2's
     plain error 1.86 -> 2.48 times the limit's."""
     return any(not r.estimated for r in hir.ranges.values())
