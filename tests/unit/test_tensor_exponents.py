@@ -245,3 +245,47 @@ def test_calibration_measures_the_whole_sum_where_the_parts_are_summed():
     np.testing.assert_allclose(ranges[2].whole.largest, summed, rtol=1e-6)
     np.testing.assert_allclose(ranges[2].largest, own, rtol=1e-6)
     assert np.all(summed > own * 1.01)  # what the other parts added
+
+
+def _map_parts(estimated: bool):
+    """A 3x3 conv over 256 channels of a 6x6 map in parts (``split_long_reductions``), ranges as
+    calibration (``estimated=False``) or the plain estimate would give them: each part's sums
+    reach 1, the whole sum 1.5 (on the last part)."""
+    rng = np.random.default_rng(5)
+    x, y = Activation("x", 256, 6, 6, 16), Activation("y", 16, 6, 6, 16)
+    whole = ConvLayer("conv", [ConvInput(x, weights=rng.normal(0, 0.02, (16, 256, 3, 3)).astype(np.float32))], y,
+                      rng.normal(0, 0.1, 16).astype(np.float32), (3, 3), pads=(1, 1, 1, 1), post_ops=[Relu(node="r")])
+    z = Activation("z", 4, 6, 6, 16)  # a consumer, so that the map is not a program output (pinned at 0)
+    after = ConvLayer("next", [ConvInput(y, weights=np.ones((4, 16, 1, 1), np.float32))], z, np.zeros(4, np.float32), (1, 1))
+    one = HirProgram("m", 16, [whole, after], {"x": x}, {"z": z}, {"x": (36, 256)}, {"z": (36, 4)})
+    split = split_long_reductions(one, CompileContext(ARCH, samples=[{}]))
+    count = len(split.layers) - 1
+    assert count > 2
+    part = LayerRange(np.full(16, 1.0), np.full(16, 9.0), 5000, estimated=estimated)
+    ranges = {i: part for i in range(count)}
+    ranges[count - 1] = dataclasses.replace(part, whole=LayerRange(np.full(16, 1.5), np.full(16, 9.0), 5000, estimated=estimated))
+    ranges[count] = LayerRange(np.full(4, 20.0), np.full(4, 99.0), 5000, estimated=estimated)
+    return dataclasses.replace(split, ranges=ranges), count
+
+
+@pytest.mark.parametrize("estimated", [False, True])
+def test_a_maps_parts_are_summed_apart_only_where_their_ranges_were_measured(estimated):
+    """``maps_apart``: calibrated, a map's partial sums take an exponent of their own and the last
+    part multiplies its sum to the output's after adding them (one SIMD operation per output
+    vector); from the estimate the parts are summed at the output's exponent, as before."""
+    before, count = _map_parts(estimated)
+    assert te.maps_apart(before) is not estimated
+    after = tensor_exponents(before, CTX)
+    last = after.layers[count - 1]
+    partials = [layer.output for layer in before.layers[:count - 1]]
+    exponents = {after.exponents.get(p.name, 0) for p in partials}
+    sums = [op for op in last.post_ops if op.node == te.SUM_NODE]
+    if estimated:
+        assert not sums and exponents == {after.exponents.get("y", 0)}
+    else:
+        (e,) = exponents
+        assert e > after.exponents.get("y", 0) and len(sums) == 1
+        assert sums[0].values[0] == 2.0 ** (after.exponents.get("y", 0) - e)
+    # The same function either way.
+    feeds = {"x": np.random.default_rng(1).normal(size=(36, 256)).astype(np.float32)}
+    np.testing.assert_allclose(run_reference(after, feeds)["z"], run_reference(before, feeds)["z"], rtol=1e-5, atol=1e-6)
