@@ -17,8 +17,8 @@ activations. A one-pixel layer's partial results are stored, and summed, at the 
 the whole sum's range allows (``tensor_exponents``: the parts' own tensors; a multiply then takes
 the sum to the output's exponent), so a part's rounding costs ``1 / G^2`` of one at the
 output's scale; a map's too where its ranges are measured (calibrated: that multiply costs a SIMD
-operation per output vector), else at its output's (``tensor_exponents.maps_apart``). A one-pixel layer's bias is added last the same way (in a part it would take some of
-its room for gain); a map's stays in the last part's bias row (added apart, it would be one more
+operation per output vector), else at its output's (``tensor_exponents.maps_apart``). A one-pixel
+layer's bias is added last the same way (in a part it would take some of its room for gain); a map's stays in the last part's bias row (added apart, it would be one more
 pass over the map).
 
 Maps are split too (issue 20: long reductions are most of a plain compile's error on YOLOv4-tiny
@@ -30,8 +30,8 @@ array's time on it), and only a long reduction takes any: on ``ultra96v2`` (16 l
 over a 48x48 map of 64 channels may take 2, over a 24x24 map of 256 channels 5 (4 in whole
 vectors), over a 6x6 one 6 (the weight loads are much of its time), over ResNet-50's 7x7 maps of
 512 channels 11; a 3x3 conv over 32 channels none. The loads were left out until 2026-11-28, when
-6x6 over 256 channels took 4 parts and 7x7 over 512 8. On ``ultra96v2``, 64 random normal inputs (16 for
-the two large models), ``benchmarks/bench_accuracy.py``'s plain compiles went from 3.85 to 2.98
+6x6 over 256 channels took 4 parts and 7x7 over 512 8. On ``ultra96v2``, 64 random normal inputs
+(16 for the two large models), ``benchmarks/bench_accuracy.py``'s plain compiles went from 3.85 to 2.98
 times the format's limit (YOLOv4-tiny), 2.82 to 2.01 (ResNet-50 v2) and 2.03 to 1.84 (the
 untuned VGG), for 4.8%, 4.0% and 1.3% more time on the ultra96-v2 (``systolix bench``). The
 estimate that sizes a plain split (``_split_by_estimate``) gives a map's last part the range of
