@@ -20,23 +20,13 @@ right and that costs a little: the untuned VGG 1.81 -> 1.91 times the limit, the
 net 1.30 -> 1.49, the wide ResNet 1.22 -> 1.29. The calibrated compile's ``round_weights`` makes up for
 the same error from the samples' Gram matrices instead; this pass runs only on estimated ranges.
 
-The weights are rounded so that each output channel's taps on one input channel sum to a whole
-number of steps within one of their own sum, and those totals, across the output's input
-channels, to the output's whole sum rounded (``balanced_taps``: the nearest grid point for each,
-but, where the errors would add up past half a step, those nearest the middle of two points go
-the other way). Every tap of an input channel reads the same mean (a channel's mean is the same
-at every pixel), so that mean times the taps' summed error is what biases the output; balanced,
-a channel's is less than a step whatever the means are, and a mean the channels share (inputs
-brighter or darker than the means the bias was corrected for: a model's batch norms fitted to
-other data than it runs on) meets errors that sum to at most half a step. With each channel's
-taps balanced alone, 1x1 and dense layers (one tap a channel) were rounded to nearest, and an
-output's errors over ``C`` channels summed to about ``sqrt(C / 12)`` steps. Plain compiles,
-``benchmarks/bench_accuracy.py`` (64 random normal inputs), the outputs' RMS over the format
-limit's at estimate seeds 0 to 5 (``estimate_ranges.SEED``), mean (worst), channels balanced
-alone -> across the output too: ResNet-20 v2 x1.91 (2.42) -> x1.82 (2.16); seeds 0 to 2: the
-MobileNetV2 stack x1.66 (1.87) -> x1.55 (1.57), the MLP x1.88 (2.08) -> x1.80 (1.97). ResNet-20
-v2's batch norms were fitted to image-like inputs, so on these the corrected means miss, most at
-its head, whose parts' gains (and so which weights round which way) follow the seed.
+The weights are rounded so that each output channel's taps on one input channel sum to their
+own sum rounded (``balanced_taps``: the nearest grid point for each, but, where the taps' errors
+would add up past half a step, those nearest the middle of two points go the other way). Every
+tap of an input channel reads the same mean (a channel's mean is the same at every pixel), so that
+mean times the taps' summed error is what biases the output; balanced, it is at most half a step
+instead of about ``sqrt(taps)`` times the nearest-point rounding's, whatever the means are. A
+1x1 or dense layer has one tap a channel: its rounding is the nearest point's.
 
 Runs after ``amplify_weights`` (the amplified weights are the ones rounded); the weights are left
 on the grid, so that placing the constants rounds them no further.
@@ -64,36 +54,19 @@ from systolix.ir.hir import ConvInput, ConvLayer, HirProgram
 SHARE = 1.0
 
 
-def _up_to_rounded_sum(values: np.ndarray, totals: np.ndarray) -> np.ndarray:
-    """Each row of ``values`` (its last axis, in steps) on whole steps summing to the row's whole
-    ``totals``: every value to the step below it, and as many as the total needs go up, those
-    with the largest remainders."""
-    below = np.floor(values)
-    ups = totals - below.sum(-1)  # 0 to the row's length: how many go up
-    rank = np.argsort(np.argsort(-(values - below), axis=-1, kind="stable"), axis=-1, kind="stable")
-    return below + (rank < ups[..., None])
-
-
-def balanced_taps(w: np.ndarray, dtype, tap_axes: tuple[int, ...], channel_axis: int | None = None) -> np.ndarray:
+def balanced_taps(w: np.ndarray, dtype, tap_axes: tuple[int, ...]) -> np.ndarray:
     """``w`` on ``dtype``'s grid, each group of taps (the values sharing every index but
-    ``tap_axes``) summing to a whole number of steps within one of its own sum: each value goes to
-    the grid point below it, and of each group as many as that total needs go up, those with the
-    largest remainders. Without ``channel_axis`` a group's total is its sum rounded half up; with
-    it, the groups along that axis (one output's input channels) get totals that together sum to
-    their whole sum rounded half up (largest remainders again), so the output's weights err by at
-    most half a step in sum, and each group by less than one."""
+    ``tap_axes``) summing to its own sum rounded half up: each value goes to the grid point below
+    it, and of each group as many as that sum needs go up, those with the largest remainders."""
     one = float(dtype.one)
-    last = tuple(range(-len(tap_axes), 0))
-    scaled = np.moveaxis(np.asarray(w, np.float64) * one, tap_axes, last)
+    scaled = np.moveaxis(np.asarray(w, np.float64) * one, tap_axes, tuple(range(-len(tap_axes), 0)))
     groups = scaled.reshape(scaled.shape[:scaled.ndim - len(tap_axes)] + (-1,))
-    sums = groups.sum(-1)
-    if channel_axis is None:
-        totals = np.floor(sums + 0.5)
-    else:
-        across = np.moveaxis(sums, channel_axis, -1)
-        totals = np.moveaxis(_up_to_rounded_sum(across, np.floor(across.sum(-1) + 0.5)), -1, channel_axis)
-    rounded = np.clip(_up_to_rounded_sum(groups, totals), dtype.min_int, dtype.max_int) / one
-    return np.moveaxis(rounded.reshape(scaled.shape), last, tap_axes).astype(np.float32)
+    below = np.floor(groups)
+    remainder = groups - below
+    ups = np.floor(groups.sum(-1) + 0.5) - below.sum(-1)  # 0 to taps: how many of the group go up
+    rank = np.argsort(np.argsort(-remainder, axis=-1, kind="stable"), axis=-1, kind="stable")
+    rounded = np.clip(below + (rank < ups[..., None]), dtype.min_int, dtype.max_int) / one
+    return np.moveaxis(rounded.reshape(scaled.shape), tuple(range(-len(tap_axes), 0)), tap_axes).astype(np.float32)
 
 
 def _tap_axes(layer: ConvLayer, inp) -> tuple[int, ...]:
@@ -112,9 +85,7 @@ def corrected(layer: ConvLayer, means: list[np.ndarray], exponents: list[int], d
     inputs = []
     for inp, mean, e in zip(layer.inputs, means, exponents):
         w = inp.coefficients
-        # A dense input's taps are balanced across its input channels too (axis 1), a
-        # per-channel one's only over its own taps (each channel is an output of its own).
-        rounded = balanced_taps(w, dtype, _tap_axes(layer, inp), 1 if inp.weights is not None else None)
+        rounded = balanced_taps(w, dtype, _tap_axes(layer, inp))
         error = rounded.astype(np.float64) - w.astype(np.float64)
         stored = SHARE * np.asarray(mean, np.float64) * 2.0 ** e
         if inp.weights is not None:
