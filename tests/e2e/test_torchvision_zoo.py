@@ -147,6 +147,20 @@ def test_bench_zoo_prints_one_row_per_model_as_json():
     # the emulator's error is at least the format's limit, and within a few LSB of it here
     assert 0 < r["limit_rms_lsb"] <= r["rms_lsb"] < 10 * r["limit_rms_lsb"] + 2
     assert r["latency_ms"] > 0 and r["fps"] == pytest.approx(1000 / r["latency_ms"])
+    # four image-like inputs by default; a segmenter's pixels keep their class nearly everywhere
+    assert r["inputs"] == 4 and len(r["per_input_rms_lsb"]) == 4
+    assert 0.9 <= r["agreement"] <= 1 and 0.9 <= r["limit_agreement"] <= 1
+
+
+def test_decisions_are_the_top_class_or_each_pixels_class():
+    from systolix.perf.zoo import _decisions
+
+    logits = np.array([[0.1, 0.7, 0.2]])
+    assert _decisions({"y": logits}, "classify").tolist() == [1]
+    maps = np.zeros((1, 3, 2, 2))
+    maps[0, 2, 0, 0] = maps[0, 1, 0, 1] = maps[0, 0, 1, 0] = maps[0, 2, 1, 1] = 1.0
+    assert _decisions({"y": maps}, "segment").tolist() == [2, 1, 0, 2]
+    assert _decisions({"y": maps}, "detect") is None and _decisions({"a": logits, "b": logits}, "classify") is None
 
 
 def test_bench_zoo_refuses_an_unknown_model():

@@ -246,3 +246,44 @@ def test_a_small_model_runs_more_synthetic_inputs_and_its_ranges_see_them():
     assert synthetic_runs(small) == MAX_RUNS and synthetic_runs(large) == RUNS
     assert RUNS < synthetic_runs(middle) == ESTIMATE_MACS // middle.layers[0].macs < MAX_RUNS
     assert estimate(small)[0].observations == MAX_RUNS
+
+
+@pytest.mark.needs_emulator
+def test_an_average_of_a_concat_through_a_max_pool_keeps_its_parts_statistics_range():
+    # Two branches, each a batch norm saying N(-3, 1) before its ReLU (the synthetic runs' values
+    # nearly all zero after it), concatenated (each part a slice of the Concat's tensor), max
+    # pooled, then averaged: the pool's range comes from the parts' statistics through the slice
+    # and the max pool (``ChannelBounds``), not from the synthetic averages. Inception v3's
+    # 3x3 average pools read such tensors; found only by the convs' own names, their ranges came
+    # from the synthetic runs alone and 2 to 32 channels a pool saturated on image-like inputs.
+    from onnx import helper
+
+    from systolix.compiler import compile_model
+    from systolix.runtime import SaturationWarning
+    from tests.onnx_builders import make_model
+
+    import warnings
+
+    c = 16  # one vector of ultra96v2: each part a whole channel group of the Concat
+    inits = {"w": np.eye(c, dtype=np.float32)[:, :, None, None], "w2": -np.eye(c, dtype=np.float32)[:, :, None, None],
+             "gamma": np.ones(c, np.float32), "beta": np.full(c, -3.0, np.float32), "mean": np.zeros(c, np.float32),
+             "var": np.ones(c, np.float32)}
+    nodes = []
+    for k, w in (("a", "w"), ("b", "w2")):
+        nodes += [helper.make_node("Conv", ["x", w], [f"c{k}"], name=f"conv{k}", kernel_shape=[1, 1]),
+                  helper.make_node("BatchNormalization", [f"c{k}", "gamma", "beta", "mean", "var"], [f"n{k}"], name=f"bn{k}",
+                                   epsilon=0.0),
+                  helper.make_node("Relu", [f"n{k}"], [f"r{k}"], name=f"relu{k}")]
+    nodes += [helper.make_node("Concat", ["ra", "rb"], ["cat"], name="cat", axis=1),
+              helper.make_node("MaxPool", ["cat"], ["mp"], name="maxpool", kernel_shape=[2, 2], strides=[2, 2]),
+              helper.make_node("GlobalAveragePool", ["mp"], ["y"], name="pool")]
+    model = make_model(nodes, [("x", [1, c, 8, 8])], [("y", None)], inits)
+    compiled = compile_model(model, ARCH)
+    levels = np.linspace(-15.0, 15.0, c).astype(np.float32)  # within SIGMAS = 16 of either branch
+    x = np.broadcast_to(levels[None, :, None, None], (1, c, 8, 8)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SaturationWarning)
+        got, saturated = compiled.run_counting({"x": x})
+    assert not np.any(saturated)
+    np.testing.assert_allclose(got["y"].reshape(2 * c), np.concatenate([np.maximum(levels - 3, 0), np.maximum(-levels - 3, 0)]),
+                               atol=4 * LSB)

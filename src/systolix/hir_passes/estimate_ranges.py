@@ -36,7 +36,7 @@ import numpy as np
 
 from systolix.hir_passes.measure_ranges import LayerRange
 from systolix.ir.evaluate import Runs, run_layer_runs
-from systolix.ir.hir import ConvLayer, HirProgram
+from systolix.ir.hir import ConvLayer, HirProgram, MaxPoolLayer
 from systolix.ir.postops import Clip, Relu, Scale, Slope
 
 # The spread assumed of each element of the model's inputs (mean 0): normalised inputs.
@@ -125,9 +125,11 @@ class RangeEstimate:
         self.runs = Runs(synthetic_runs(hir))
         _synthetic_inputs(hir, np.random.default_rng(seed), self.runs)
         self.normalised: set[int] = set()  # root tensors downstream of a batch norm's statistics
-        # Per conv output tensor (by name) whose post-ops can only shrink values, each channel's
-        # range (``SIGMAS`` wide): what an average of it can reach (``_average_bound``).
-        self.bounds: dict[str, np.ndarray] = {}
+        # Per root tensor (by name), each channel's range (``SIGMAS`` wide) where a conv layer
+        # whose post-ops can only shrink values wrote it, or a max pool of such values (NaN
+        # elsewhere): what an average of it can reach (``_average_bound``). By root, so that a
+        # pool reading a Concat finds the range of each part its producers wrote.
+        self.bounds = ChannelBounds()
 
     def step(self, index: int, layer) -> LayerRange | None:
         """Run ``layer`` (at ``index`` in its program) and keep its output: a conv layer's range."""
@@ -149,7 +151,7 @@ class RangeEstimate:
                 bound = np.minimum(bound, max(abs(p.lo), abs(p.hi)))
             elif not (isinstance(p, Relu) or (isinstance(p, Slope) and np.all(np.abs(p.values) <= 1))):
                 return
-        self.bounds[out.name] = bound
+        self.bounds.write(out, bound)
 
     def _run(self, index: int, layer, keep: bool) -> LayerRange | None:
         runs, out = self.runs, layer.output
@@ -159,6 +161,8 @@ class RangeEstimate:
         if not isinstance(layer, ConvLayer):
             if keep:
                 runs.write(out, run_layer_runs(runs, layer, index))
+                if isinstance(layer, MaxPoolLayer):  # the largest of values within a bound (or zero pads)
+                    self.bounds.write(out, self.bounds.read(layer.input))
             return None
         # The sums, through an average pool's own scaling, before the other post-ops.
         core = dataclasses.replace(layer, post_ops=layer.post_ops[:layer.scaling_ops])
@@ -188,7 +192,7 @@ class RangeEstimate:
         reach = np.abs(mean) + SIGMAS * std
         bound = _average_bound(layer, self.bounds)
         if bound is not None:
-            reach = np.maximum(reach, bound)
+            reach = np.fmax(reach, bound)  # (NaN: the channel's input range is not known)
         peak = reach * np.maximum(further, 1.0)
         post = layer.post_ops[layer.scaling_ops:]
         if keep:
@@ -232,22 +236,56 @@ def normalised_tensors(hir: HirProgram) -> set[int]:
     return out
 
 
-def _average_bound(layer: ConvLayer, bounds: dict[str, np.ndarray]) -> np.ndarray | None:
+class ChannelBounds:
+    """Per-channel ranges of tensors, kept per root tensor (``Activation.root``): a tensor that
+    is a channel slice of another (a Concat's part) writes and reads its own channels there."""
+
+    def __init__(self):
+        self._roots: dict[str, np.ndarray] = {}
+
+    @staticmethod
+    def _where(act) -> tuple[object, int] | None:
+        root, g0 = act.root()
+        if (root.H, root.W) != (act.H, act.W):  # a Reshape's relabelling: channels are not the root's
+            return None
+        return root, g0 * act.N
+
+    def write(self, act, bound: np.ndarray) -> None:
+        where = self._where(act)
+        if where is None:
+            return
+        root, c0 = where
+        kept = self._roots.setdefault(root.name, np.full(root.G * root.N, np.nan))
+        kept[c0:c0 + act.C] = bound
+
+    def read(self, act) -> np.ndarray:
+        """Each channel's range, NaN where none is known."""
+        where = self._where(act)
+        if where is None or where[0].name not in self._roots:
+            return np.full(act.C, np.nan)
+        root, c0 = where
+        return self._roots[root.name][c0:c0 + act.C]
+
+
+def _average_bound(layer: ConvLayer, bounds: ChannelBounds) -> np.ndarray | None:
     """Per channel, the largest value a pool (per-channel taps, no bias) can reach from its
     inputs' ranges: its taps' summed magnitude times its scaling times the input's range (an
-    average is at most the largest value it averages). The synthetic runs' own spread of an
-    average is narrower, and says nothing of inputs whose channel means leave the model's
-    batch-norm statistics: ResNet-50 v2's global average pool saturated in 188 of 2048 channels
-    on random normal inputs (its batch norms fitted to image-like ones), 34 LSB RMS."""
+    average is at most the largest value it averages); NaN where an input's range is not known.
+    The synthetic runs' own spread of an average is narrower, and says nothing of inputs whose
+    channel means leave the model's batch-norm statistics: ResNet-50 v2's global average pool
+    saturated in 188 of 2048 channels on random normal inputs (its batch norms fitted to
+    image-like ones), 34 LSB RMS. Inception v3's 3x3 average pools read a max pool's output and
+    Concats: their bounds known only by the convs' own names, its synthetic runs left channels
+    that stay below zero before their ReLU at a range of 0, the largest gain, and on image-like
+    inputs 2 to 32 channels of a pool saturated (sums up to 8 times the range)."""
     if (not layer.scaling_ops or np.any(layer.bias)
             or not all(isinstance(p, Scale) for p in layer.post_ops[:layer.scaling_ops])):
         return None
     total = np.zeros(layer.output.C)
     for inp in layer.inputs:
-        bound = bounds.get(inp.act.name)
-        if inp.diagonal is None or bound is None or bound.shape != (layer.output.C,):
+        if inp.diagonal is None or inp.act.C != layer.output.C:
             return None
-        total += np.abs(inp.diagonal).reshape(layer.output.C, -1).sum(axis=1) * bound
+        total += np.abs(inp.diagonal).reshape(layer.output.C, -1).sum(axis=1) * bounds.read(inp.act)
     for p in layer.post_ops[:layer.scaling_ops]:
         total = total * np.abs(np.broadcast_to(np.asarray(p.values, np.float64).reshape(-1), (layer.output.C,)))
     return total

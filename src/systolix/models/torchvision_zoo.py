@@ -54,6 +54,9 @@ class ZooModel:
     size: int        # the published input resolution
     min_size: int    # the smallest input the architecture takes (pools and strides)
     cnn: bool = True
+    task: str = "classify"
+    """What its output decides, for the agreement with onnxruntime: ``classify`` (the top class),
+    ``segment`` (each pixel's class, along axis 1) or ``detect`` (raw head maps: no decision)."""
 
 
 def _tv(fn: str, **kwargs):
@@ -222,9 +225,10 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("inception_v3", "Inception v3", _tv("inception_v3", aux_logits=False, init_weights=True), 299, 75),
     ZooModel("vgg16", "VGG-16", _tv("vgg16"), 224, 224),  # its 7x7 adaptive pool: 224 or 448
     ZooModel("regnet_x_400mf", "RegNetX-400MF", _tv("regnet_x_400mf"), 224, 32),
-    ZooModel("deeplabv3_resnet50", "DeepLabV3 ResNet-50", _segmentation("deeplabv3_resnet50", num_classes=21), 224, 32),
-    ZooModel("unet", "U-Net (ConvTranspose)", _unet, 224, 16),
-    ZooModel("tiny_yolo", "YOLOv5n-style detector", _tiny_yolo, 224, 32),
+    ZooModel("deeplabv3_resnet50", "DeepLabV3 ResNet-50", _segmentation("deeplabv3_resnet50", num_classes=21), 224, 32,
+             task="segment"),
+    ZooModel("unet", "U-Net (ConvTranspose)", _unet, 224, 16, task="segment"),
+    ZooModel("tiny_yolo", "YOLOv5n-style detector", _tiny_yolo, 224, 32, task="detect"),
 ]}
 
 

@@ -62,10 +62,22 @@ def _rms_lsb(a: dict[str, np.ndarray], b: dict[str, np.ndarray], lsb: float) -> 
     return float(np.sqrt(np.mean(diff * diff)) / lsb)
 
 
-def output_error(model: onnx.ModelProto, compiled, inputs: int = 1) -> dict[str, Any]:
+def _decisions(outputs: dict[str, np.ndarray], task: str | None) -> np.ndarray | None:
+    """What the outputs decide: a classifier's top class (its one output, classes along the last
+    axis), a segmenter's class per pixel (along axis 1); None for any other task."""
+    if task not in ("classify", "segment") or len(outputs) != 1:
+        return None
+    (y,) = outputs.values()
+    y = np.asarray(y)
+    return np.argmax(y, axis=-1).ravel() if task == "classify" else np.argmax(y, axis=1).ravel()
+
+
+def output_error(model: onnx.ModelProto, compiled, inputs: int = 1, task: str | None = None) -> dict[str, Any]:
     """RMS error (in LSB of the architecture's type) of ``compiled`` on the emulator against
     onnxruntime over ``inputs`` image-like inputs (seeds 0, 1, ...), and the limit: the RMS
-    error of the same model with every computed tensor rounded to the type."""
+    error of the same model with every computed tensor rounded to the type. With ``task``
+    (``classify``, ``segment``: ``_decisions``), the share of decisions (inputs, or pixels) on
+    which each agrees with onnxruntime."""
     from systolix.models import example_inputs
     from systolix.models.rounded import rounded_feeds, with_rounded_tensors
     from systolix.onnxrt import session
@@ -75,6 +87,7 @@ def output_error(model: onnx.ModelProto, compiled, inputs: int = 1) -> dict[str,
     rounded = session(with_rounded_tensors(model, dtype).SerializeToString())
     names = [o.name for o in exact.get_outputs()]
     ours, limit, largest = [], [], 0.0
+    agree = {"ours": [], "limit": []}
     started = time.perf_counter()
     for seed in range(inputs):
         feeds = example_inputs(model, seed)
@@ -84,8 +97,17 @@ def output_error(model: onnx.ModelProto, compiled, inputs: int = 1) -> dict[str,
         ours.append(_rms_lsb(got, ref, dtype.resolution))
         limit.append(_rms_lsb(best, ref, dtype.resolution))
         largest = max(largest, max(float(np.max(np.abs(v))) for v in ref.values()))
-    return {"rms_lsb": float(np.sqrt(np.mean(np.square(ours)))), "limit_rms_lsb": float(np.sqrt(np.mean(np.square(limit)))),
-            "largest_output": largest, "inputs": inputs, "emulator_seconds": time.perf_counter() - started}
+        truth = _decisions(ref, task)
+        if truth is not None:
+            agree["ours"].append(_decisions(got, task) == truth)
+            agree["limit"].append(_decisions(best, task) == truth)
+    out = {"rms_lsb": float(np.sqrt(np.mean(np.square(ours)))), "limit_rms_lsb": float(np.sqrt(np.mean(np.square(limit)))),
+           "per_input_rms_lsb": ours, "per_input_limit_rms_lsb": limit,
+           "largest_output": largest, "inputs": inputs, "emulator_seconds": time.perf_counter() - started}
+    if agree["ours"]:
+        out["agreement"] = float(np.mean(np.concatenate(agree["ours"])))
+        out["limit_agreement"] = float(np.mean(np.concatenate(agree["limit"])))
+    return out
 
 
 def zoo_row(name: str, size: int | None = None, arch: str = "ultra96v2", board_name: str = ZOO_BOARD,
@@ -130,7 +152,7 @@ def zoo_row(name: str, size: int | None = None, arch: str = "ultra96v2", board_n
                host_timed=not on_host)
     if error_inputs:
         say(f"{name} {size}: emulator vs onnxruntime", 0, 0)
-        row.update(output_error(model, compiled, error_inputs))
+        row.update(output_error(model, compiled, error_inputs, spec.task))
     return row
 
 

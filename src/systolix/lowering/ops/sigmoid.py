@@ -32,7 +32,8 @@ class SigmoidOp(ClampedLines):
     TOP: ClassVar[int] = 512
 
     def evaluate(self, acc, read):
-        return 1.0 / (1.0 + np.exp(-acc))
+        # 1 / (1 + exp(-x)) as tanh: exp(-x) overflows (a warning) below x = -709.
+        return 0.5 * (1.0 + np.tanh(0.5 * acc))
 
     def tail_constants(self):
         return [0.25, 0.5]

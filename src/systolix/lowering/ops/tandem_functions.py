@@ -24,7 +24,7 @@ from systolix.lowering.registry import NO_IMPLEMENTATION, OpHandler, handles
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 EXACT = {
-    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "sigmoid": lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)),  # 1 / (1 + exp(-x)), without its overflow
     "tanh": np.tanh,
     "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0))),
     "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3))),
