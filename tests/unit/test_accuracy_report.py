@@ -147,6 +147,27 @@ def test_saturated_values_are_counted():
     assert big.saturated_inputs > 0 and big.saturation_events > 0
 
 
+def test_saturation_inside_a_layer_is_counted_where_its_output_shows_none():
+    # Values near 40 (a conv's bias) averaged over 8x8 pixels without gains: the pool's sums hold
+    # several times the mean, past FP16BP8's 128, while its output (a mean near 40) is well inside.
+    # The report puts every event in the pool, whose saved values show no saturation.
+    c = 4
+    inits = [numpy_helper.from_array((np.eye(c, dtype=np.float32) * 0.5)[:, :, None, None], "w"),
+             numpy_helper.from_array(np.full(c, 40.0, np.float32), "b")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["conv"], name="conv", kernel_shape=[1, 1]),
+             helper.make_node("GlobalAveragePool", ["conv"], ["y"], name="pool")]
+    graph = helper.make_graph(nodes, "pool_of_large_values", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, c, 8, 8])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, c, 1, 1])], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    xs = np.random.default_rng(2).standard_normal((3, 1, c, 8, 8)).astype(np.float32)
+    r = measure(m, "ultra96v2", inputs={"x": xs}, estimate_gains=False, isolate=False)
+    by_name = {layer.name: layer for layer in r.layers}
+    assert r.saturation_events > 0
+    assert by_name["conv"].saturated_sums == 0 and by_name["conv"].saturated == 0
+    assert by_name["pool"].saturated == 0 and by_name["pool"].saturated_sums == r.saturation_events
+    assert r.to_json()["layers"][-1]["saturated_sums"] == r.saturation_events
+
+
 def test_report_json_and_html_are_written(report, tmp_path):
     import json
 

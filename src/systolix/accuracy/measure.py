@@ -25,6 +25,7 @@ a difference would show. The outputs' figures always come from the compile as th
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -95,6 +96,10 @@ class LayerAccuracy:
     """the same for the limit: the layer's inputs and output rounded"""
     saturated: int
     """values of our output at the type's range ends (over all inputs)"""
+    saturated_sums: int | None
+    """saturation events in the layer's instructions (its sums, products and SIMD results, an
+    average pool's sums before its scaling included), over all inputs; None where the program's
+    layer map does not say (a model partitioned with the host)"""
     float_beyond: int
     """values of the float output beyond the type's range (those must saturate)"""
     values: int
@@ -192,28 +197,79 @@ def random_inputs(graph, count: int, seed: int = 0) -> list[dict[str, np.ndarray
             for _ in range(count)]
 
 
-def run_compiled(compiled, items: list[dict], progress: Progress | None = None,
-                 what: str = "emulator") -> tuple[dict[str, np.ndarray], np.ndarray, int]:
+def layer_map(compiled) -> list[dict] | None:
+    """The layer map of a program the accelerator runs whole, one image a run (its ``.tmodel``'s
+    ``systolix.layers``: each layer's name and instruction range); None otherwise."""
+    from systolix.runtime import Model
+
+    manifest = getattr(compiled, "manifest", None)
+    if not isinstance(compiled, Model) or manifest is None or getattr(compiled, "program_batch", 1) != 1:
+        return None
+    return (manifest.systolix or {}).get("layers") or None
+
+
+def run_compiled(compiled, items: list[dict], progress: Progress | None = None, what: str = "emulator",
+                 stretches: list[dict] | None = None) -> tuple[dict[str, np.ndarray], np.ndarray, int, np.ndarray | None]:
     """Every output of ``compiled`` on every item (stacked on a leading axis), saturation events
-    per item and in all."""
+    per item and in all, and with ``stretches`` (``layer_map``) the events in each layer's
+    instructions over all items."""
     from systolix.runtime import SaturationWarning
 
     outputs: dict[str, list[np.ndarray]] = {}
     per_item, events = [], 0
+    per_layer = np.zeros(len(stretches), np.int64) if stretches else None
+    ends = [int(layer["end"]) for layer in stretches] if stretches else None
     for first in range(0, len(items), CHUNK):
         part = items[first:first + CHUNK]
         feeds = {key: np.stack([it[key] for it in part]) for key in part[0]}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SaturationWarning)
-            # run_counting: a model partitioned between accelerator and host has it too
-            values, counts = compiled.run_counting(feeds, batch=True, threads=2)
+            if stretches:
+                detail = compiled.run_detailed(feeds, batch=True, threads=2, stretch_ends=_increasing(ends))
+                values, counts = detail.outputs, detail.result.saturations_per_item.sum(axis=1)
+                per_layer += _per_layer(ends, detail.result.stretch_saturations)
+            else:  # run_counting: a model partitioned between accelerator and host has it too
+                values, counts = compiled.run_counting(feeds, batch=True, threads=2)
         for name, value in values.items():
             outputs.setdefault(name, []).append(np.asarray(value))
         per_item.append(np.asarray(counts, np.int64))
         events += int(np.sum(counts))
         if progress:
             progress(what, min(first + CHUNK, len(items)), len(items))
-    return {k: np.concatenate(v) for k, v in outputs.items()}, np.concatenate(per_item), events
+    return {k: np.concatenate(v) for k, v in outputs.items()}, np.concatenate(per_item), events, per_layer
+
+
+def _increasing(ends: list[int]) -> list[int]:
+    """The distinct, non-zero stretch ends (an empty layer ends where the one before it does)."""
+    return sorted({e for e in ends if e > 0})
+
+
+def _per_layer(ends: list[int], per_stretch: np.ndarray) -> np.ndarray:
+    """Each layer's events from those of the stretches ``_increasing(ends)`` (an empty layer's: 0)."""
+    index = {e: k for k, e in enumerate(_increasing(ends))}
+    out = np.zeros(len(ends), np.int64)
+    seen: set[int] = set()
+    for k, e in enumerate(ends):
+        if e in index and e not in seen:
+            seen.add(e)
+            out[k] = per_stretch[index[e]]
+    return out
+
+
+def _base_name(name: str) -> str:
+    """A layer's name without what the compiler added to it: a part's channel range
+    (``conv [0:64]``), a pass of a pool (``pool/rows``)."""
+    return re.sub(r"/rows$", "", re.sub(r"( \[\d+:\d+\])+$", "", name))
+
+
+def _sums_saturated(layers: list, stretches: list[dict], per_layer: np.ndarray) -> list[int]:
+    """Events per reported layer: every map entry whose name is the layer's, or a part or pass of
+    it (base names equal)."""
+    by_base: dict[str, int] = {}
+    for entry, n in zip(stretches, per_layer):
+        base = _base_name(str(entry.get("name", "")))
+        by_base[base] = by_base.get(base, 0) + int(n)
+    return [by_base.get(_base_name(layer.name), 0) for layer in layers]
 
 
 def run_onnx(model: onnx.ModelProto, items: list[dict], names: list[str], source: str) -> dict[str, np.ndarray]:
@@ -294,7 +350,7 @@ def measure(model: Any, arch: Any, *, inputs: Any = None, count: int = 32, seed:
     estimate_gains = estimate_gains and samples is None
     compiled = compile_model(model, arch, calibration=samples, estimate_gains=estimate_gains)
     step("compiling", 1, 1)
-    ours_out, saturated_items, events = run_compiled(compiled, items, progress, "running on the emulator")
+    ours_out, saturated_items, events, _ = run_compiled(compiled, items, progress, "running on the emulator")
 
     output_names = list(graph.outputs)
     layers = [layer for layer in _accelerator_layers(compiled)
@@ -338,7 +394,10 @@ def measure(model: Any, arch: Any, *, inputs: Any = None, count: int = 32, seed:
                                      name=getattr(compiled, "name", None), estimate_gains=estimate_gains,
                                      output_offsets=compiled.summary.output_offsets if samples is not None else None)
         step("compiling with intermediate outputs", 1, 1)
-        inner, _, _ = run_compiled(instrumented, items, progress, "running with intermediate outputs")
+        stretches = layer_map(instrumented)
+        inner, _, _, per_layer_events = run_compiled(instrumented, items, progress, "running with intermediate outputs",
+                                                     stretches)
+        sums_saturated = _sums_saturated(layers, stretches, per_layer_events) if stretches else [None] * len(layers)
         identical = all(np.array_equal(inner[n], ours_out[n]) for n in output_names)
         calibration_reads = None
         if samples is not None and isolate and read_names:
@@ -359,7 +418,7 @@ def measure(model: Any, arch: Any, *, inputs: Any = None, count: int = 32, seed:
             layer_reports.append(LayerAccuracy(
                 k, layer.name, list(layer.ops), name, list(want.shape[1:]), Errors.of(got, want, lsb),
                 Errors.of(lim, want, lsb), added, added_limit,
-                int(np.count_nonzero((got >= high) | (got <= low))),
+                int(np.count_nonzero((got >= high) | (got <= low))), sums_saturated[k],
                 int(np.count_nonzero((want > high) | (want < low))), int(want.size), note, sample))
             step("layers alone", k + 1, len(layers))
 
@@ -415,7 +474,7 @@ def _isolated(layer, onnx_model, shapes, graph, arch, items, ref, samples, calib
         # Without samples, alone and without gains: estimated from the layer alone, its ranges
         # would start from synthetic N(0, 1) inputs, not from the model before it.
         compiled = compile_model(sub, arch, calibration=sub_samples, name="layer", estimate_gains=False)
-        got, _, _ = run_compiled(compiled, feeds_all)
+        got, _, _, _ = run_compiled(compiled, feeds_all)
     except SystolixError as e:
         return None, None, f"does not compile alone: {str(e)[:120]}", {}
     got = got[name]

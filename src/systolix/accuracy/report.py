@@ -177,12 +177,14 @@ def html_report(report: AccuracyReport) -> str:
                      _fmt(layer.limit, "offset"), _fmt(layer.limit, "max"),
                      f"x{_ratio(layer.ours, layer.limit):.1f}" if _ratio(layer.ours, layer.limit) else "-",
                      _fmt(layer.added), _fmt(layer.added_limit), f"x{added:.1f}" if added else "-",
-                     f"{layer.saturated:,}" + (f" ({layer.float_beyond:,} in float)" if layer.float_beyond else "")])
-        classes.append("enters" if added is not None and added >= ENTERS else ("sat" if layer.saturated else ""))
+                     f"{layer.saturated:,}" + (f" ({layer.float_beyond:,} in float)" if layer.float_beyond else ""),
+                     "-" if layer.saturated_sums is None else f"{layer.saturated_sums:,}"])
+        classes.append("enters" if added is not None and added >= ENTERS
+                       else ("sat" if layer.saturated or layer.saturated_sums else ""))
     layer_table = _table(rows, ["#", "layer", "ops", "output tensor", "shape", "ours RMS", "ours offset", "ours max",
                                 "limit RMS", "limit offset", "limit max",
                                 "ours / limit", "alone: ours RMS", "alone: limit RMS", "alone: ours / limit",
-                                "saturated values"], classes)
+                                "saturated values", "saturation events"], classes)
     figures = []
     if report.layers:
         fig = overview_figure(report)
@@ -209,7 +211,9 @@ layer adds, without what it inherits. The limit's columns do the same with every
 and every product exact. <b>Offset</b>: the part of the error that is the same on every input (the RMS over channels of
 each channel's mean error, over the inputs and pixels): a rounded constant times a channel's mean errs so, and no pool
 averages it away. Rows in <span class='enters'>red</span>: the layer alone errs {ENTERS:g} times or more what the limit does,
-where error enters; in <span class='sat'>yellow</span>: some output values sit at the range's ends (saturated).</p>
+where error enters; in <span class='sat'>yellow</span>: some output values sit at the range's ends (saturated), or
+some result inside the layer saturated (<b>saturation events</b>: its sums, products and SIMD results over all inputs,
+an average pool's sums before its scaling among them, which its output may not show).</p>
 {overview}
 <div class='layers'>{layer_table}</div>
 <h2>Error histograms per layer</h2>

@@ -36,7 +36,7 @@ def _tables(report) -> list[Table]:
                              f"(bold: alone {ENTERS:g}x the limit or more)")
         longest = max(len(layer.name) for layer in report.layers)
         for col in ["#", "layer", "ops", "RMS", "limit RMS", "offset", "limit offset", "max", "alone RMS", "alone limit",
-                    "saturated"]:
+                    "saturated", "sums saturated"]:
             # a layer's name is never cut: the user looks it up in the model
             layers.add_column(col, justify="left" if col in ("layer", "ops") else "right",
                               min_width=min(longest, 48) if col == "layer" else None,
@@ -50,7 +50,8 @@ def _tables(report) -> list[Table]:
                            f"{layer.ours.max:.1f}",
                            "-" if layer.added is None else f"{layer.added.rms:.2f}",
                            "-" if layer.added_limit is None else f"{layer.added_limit.rms:.2f}",
-                           f"{layer.saturated:,}", style=style)
+                           f"{layer.saturated:,}", "-" if layer.saturated_sums is None else f"{layer.saturated_sums:,}",
+                           style=style)
         tables.append(layers)
     return tables
 

@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -158,6 +158,9 @@ class RunResult:
     seconds: float
     tracepoint_hits: list[int] = field(default_factory=list)
     """Instruction indices at which the tracepoint fired (the state before that instruction)."""
+    stretch_saturations: np.ndarray | None = None
+    """With ``run(stretch_ends=...)``: saturation events in each stretch of instructions, whole
+    batch, every kind (stretch ``k`` ends before ``stretch_ends[k]``)."""
 
     @property
     def saturation_total(self) -> int:
@@ -395,6 +398,7 @@ class Emulator:
         trace_file: str | Path | None = None,
         trace_ranges: list[tuple[str, int, int]] | None = None,
         progress: Callable[[int, int], None] | None = None,
+        stretch_ends: Sequence[int] | None = None,
     ) -> RunResult:
         """Execute ``program`` (a ``DecodedProgram`` or ``.tprog`` bytes) on the whole batch.
 
@@ -403,6 +407,9 @@ class Emulator:
         state is handed to ``on_trace(emulator, instruction_index)`` and/or dumped to
         ``trace_file`` (``.npz``; ``trace_ranges`` limits it to ``(memory, first, count)``
         ranges). ``progress(done, total)`` is called every few thousand instructions.
+        ``stretch_ends`` (increasing instruction indices, the last at most the program's length):
+        count saturation events per stretch of instructions (``RunResult.stretch_saturations``;
+        a layer map's ``end`` fields say which layer each saturation came from).
 
         Raises ``EmulatorError`` naming the instruction, its text and the address when an
         instruction reaches outside a memory (the instructions before it have run), and on
@@ -481,6 +488,21 @@ class Emulator:
         tandem_rows = np.flatnonzero(is_tandem) if self.tandem is not None else np.zeros(0, np.int64)
         pc = int(ConfigRegister.PROGRAM_COUNTER)
 
+        ends = np.asarray(stretch_ends if stretch_ends is not None else [], np.int64)
+        if ends.size and (np.any(np.diff(ends) <= 0) or ends[0] <= 0 or ends[-1] > len(prog)):
+            raise ValueError(f"stretch_ends must increase within 1..{len(prog)}")
+        per_stretch = np.zeros(ends.size, np.int64)
+        counted = [int(self.saturation.sum())]
+
+        def count_stretch(start: int) -> None:
+            """The events since the last call, to the stretch holding instruction ``start``."""
+            if ends.size:
+                now = int(self.saturation.sum())
+                k = int(np.searchsorted(ends, start, side="right"))
+                if k < ends.size:
+                    per_stretch[k] += now - counted[0]
+                counted[0] = now
+
         pool = ThreadPoolExecutor(len(slices)) if len(slices) > 1 else None
         try:
             i = 0
@@ -500,6 +522,7 @@ class Emulator:
                     for c in configs:
                         c[:] = self.config
                     i = j
+                    count_stretch(i0)
                     if tracing and before < self.config[int(ConfigRegister.TRACEPOINT)] <= before + (j - i0):
                         fire(i)
                     if progress is not None:
@@ -507,6 +530,11 @@ class Emulator:
                     continue
                 chunk_end = min(stop, i + PROGRESS_CHUNK) if progress is not None else stop
                 chunk_end = min(chunk_end, next_tandem)
+                if ends.size:  # a chunk never crosses a stretch's end
+                    k = int(np.searchsorted(ends, i, side="right"))
+                    if k < ends.size:
+                        chunk_end = min(chunk_end, int(ends[k]))
+                start = i
                 if pool is None:
                     outcomes = [execute(0, i, chunk_end)]
                 else:
@@ -515,6 +543,7 @@ class Emulator:
                     raise AssertionError(f"batch parts stopped at different places: {outcomes}")
                 i, status = outcomes[0]
                 self.config[:] = configs[0]
+                count_stretch(start)
                 if status == kernels.STATUS_LOADLUT:
                     raise EmulatorError(lut_message(source, i))
                 if status == kernels.STATUS_TRACEPOINT:
@@ -537,4 +566,5 @@ class Emulator:
             registers=self.register_values(),
             seconds=time.perf_counter() - started,
             tracepoint_hits=hits,
+            stretch_saturations=per_stretch if ends.size else None,
         )
