@@ -97,9 +97,9 @@ class LayerAccuracy:
     saturated: int
     """values of our output at the type's range ends (over all inputs)"""
     saturated_sums: int | None
-    """saturation events in the layer's instructions (its sums, products and SIMD results, an
-    average pool's sums before its scaling included), over all inputs; None where the program's
-    layer map does not say (a model partitioned with the host)"""
+    """saturation events in the layer's instructions in the compile's program (its sums, products
+    and SIMD results, an average pool's sums before its scaling included), over all inputs; None
+    where the program's layer map does not say (a model partitioned with the host)"""
     float_beyond: int
     """values of the float output beyond the type's range (those must saturate)"""
     values: int
@@ -350,7 +350,10 @@ def measure(model: Any, arch: Any, *, inputs: Any = None, count: int = 32, seed:
     estimate_gains = estimate_gains and samples is None
     compiled = compile_model(model, arch, calibration=samples, estimate_gains=estimate_gains)
     step("compiling", 1, 1)
-    ours_out, saturated_items, events, _ = run_compiled(compiled, items, progress, "running on the emulator")
+    # Per layer of the compile's own program: the instrumented compile's may differ.
+    stretches = layer_map(compiled) if per_layer else None
+    ours_out, saturated_items, events, per_layer_events = run_compiled(compiled, items, progress, "running on the emulator",
+                                                                       stretches)
 
     output_names = list(graph.outputs)
     layers = [layer for layer in _accelerator_layers(compiled)
@@ -394,9 +397,7 @@ def measure(model: Any, arch: Any, *, inputs: Any = None, count: int = 32, seed:
                                      name=getattr(compiled, "name", None), estimate_gains=estimate_gains,
                                      output_offsets=compiled.summary.output_offsets if samples is not None else None)
         step("compiling with intermediate outputs", 1, 1)
-        stretches = layer_map(instrumented)
-        inner, _, _, per_layer_events = run_compiled(instrumented, items, progress, "running with intermediate outputs",
-                                                     stretches)
+        inner, _, _, _ = run_compiled(instrumented, items, progress, "running with intermediate outputs")
         sums_saturated = _sums_saturated(layers, stretches, per_layer_events) if stretches else [None] * len(layers)
         identical = all(np.array_equal(inner[n], ours_out[n]) for n in output_names)
         calibration_reads = None

@@ -37,7 +37,7 @@ import numpy as np
 from systolix.hir_passes.measure_ranges import LayerRange
 from systolix.ir.evaluate import Runs, run_layer_runs
 from systolix.ir.hir import ConvLayer, HirProgram, MaxPoolLayer
-from systolix.ir.postops import Clip, Relu, Scale, Slope
+from systolix.ir.postops import AddTensor, Clip, Relu, Scale, Slope
 
 # The spread assumed of each element of the model's inputs (mean 0): normalised inputs.
 INPUT_STD = 1.0
@@ -63,6 +63,11 @@ ESTIMATE_MACS = 8 * 16_000_000
 # have this correlation between any two pixels of a channel.
 PIXEL_CORRELATION = 0.5
 SEED = 0
+# Post-op kinds whose result is never larger than their input (``|f(x)| <= |x|``: x times a
+# gate between 0 and 1, or tanh), and those whose result lies in [0, 1]: a tensor they end keeps
+# its producer's range as a bound (``_keep_bound``). The SIMD approximations err by a few LSB.
+SHRINKING = frozenset({"silu", "hard_swish", "gelu", "mish", "tanh"})
+UNIT_RANGE = frozenset({"sigmoid", "hard_sigmoid"})
 # The step (times a channel's spread) by which the post-ops' slope is measured.
 STEP = 1e-3
 
@@ -144,12 +149,19 @@ class RangeEstimate:
 
     def _keep_bound(self, out, reach: np.ndarray, post) -> None:
         """Keep ``reach`` (per channel) as the range of ``out`` if its post-ops only shrink
-        values (ReLU, LeakyReLU, clips), the tighter for a clip's ends."""
+        values (ReLU, LeakyReLU, clips, SiLU and its kin: ``SHRINKING``), the tighter for a
+        clip's ends or a sigmoid's 1, or add another tensor (a residual add: its operand's range
+        added, interval arithmetic; NaN where unknown)."""
         bound = reach
         for p in post:
             if isinstance(p, Clip):
                 bound = np.minimum(bound, max(abs(p.lo), abs(p.hi)))
-            elif not (isinstance(p, Relu) or (isinstance(p, Slope) and np.all(np.abs(p.values) <= 1))):
+            elif isinstance(p, AddTensor):
+                bound = bound + self.bounds.read(p.operand)
+            elif p.kind in UNIT_RANGE:
+                bound = np.minimum(bound, 1.0)
+            elif not (isinstance(p, Relu) or p.kind in SHRINKING
+                      or (isinstance(p, Slope) and np.all(np.abs(p.values) <= 1))):
                 return
         self.bounds.write(out, bound)
 
