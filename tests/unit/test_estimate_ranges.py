@@ -287,3 +287,52 @@ def test_an_average_of_a_concat_through_a_max_pool_keeps_its_parts_statistics_ra
     assert not np.any(saturated)
     np.testing.assert_allclose(got["y"].reshape(2 * c), np.concatenate([np.maximum(levels - 3, 0), np.maximum(-levels - 3, 0)]),
                                atol=4 * LSB)
+
+
+@pytest.mark.needs_emulator
+@pytest.mark.parametrize("path", ["silu", "residual"])
+def test_a_global_average_keeps_its_input_range_through_silu_and_residual_adds(path):
+    # As above, every pixel of a channel within SIGMAS standard deviations of its batch norms'
+    # statistics (up to 15), the average reading a SiLU's output (|silu(x)| <= |x|: the conv's range is a
+    # bound) or a residual sum (its operands' bounds added). Without those rules the pool's range
+    # came from the synthetic averages alone: EfficientNet-B0's squeeze-and-excitation averages
+    # and ResNet-50's last one saturated on image-like inputs.
+    from onnx import helper
+
+    from systolix.compiler import compile_model
+    from systolix.runtime import SaturationWarning
+    from tests.onnx_builders import make_model
+
+    import warnings
+
+    c = 4
+    inits = {"w": np.eye(c, dtype=np.float32)[:, :, None, None], "gamma": np.ones(c, np.float32),
+             "beta": np.zeros(c, np.float32), "mean": np.zeros(c, np.float32), "var": np.ones(c, np.float32)}
+
+    def conv_bn(x, k):
+        return [helper.make_node("Conv", [x, "w"], [f"c{k}"], name=f"conv{k}", kernel_shape=[1, 1]),
+                helper.make_node("BatchNormalization", [f"c{k}", "gamma", "beta", "mean", "var"], [f"n{k}"], name=f"bn{k}",
+                                 epsilon=0.0)]
+
+    levels = np.array([10.0, 6.0, 3.0, 0.5], np.float32)
+    if path == "residual":  # N(-3, 1) before each ReLU: the synthetic sums stay near zero after it
+        inits["beta"] = np.full(c, -3.0, np.float32)
+        levels = np.array([15.0, 10.0, 6.0, 3.5], np.float32)
+    if path == "silu":
+        nodes = conv_bn("x", 1) + [helper.make_node("Sigmoid", ["n1"], ["s"], name="sig"),
+                                   helper.make_node("Mul", ["n1", "s"], ["r"], name="silu")]
+        expected = levels / (1 + np.exp(-levels))
+    else:
+        nodes = conv_bn("x", 1) + [helper.make_node("Relu", ["n1"], ["a"], name="relu1")] + conv_bn("a", 2) + [
+            helper.make_node("Add", ["n2", "a"], ["sum"], name="add"), helper.make_node("Relu", ["sum"], ["r"], name="relu2")]
+        a = np.maximum(levels - 3, 0)
+        expected = np.maximum(2 * a - 3, 0)
+    nodes.append(helper.make_node("GlobalAveragePool", ["r"], ["y"], name="pool"))
+    model = make_model(nodes, [("x", [1, c, 7, 7])], [("y", None)], inits)
+    compiled = compile_model(model, ARCH)
+    x = np.broadcast_to(levels[None, :, None, None], (1, c, 7, 7)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SaturationWarning)
+        got, saturated = compiled.run_counting({"x": x})
+    assert not np.any(saturated)
+    np.testing.assert_allclose(got["y"].reshape(c), expected, atol=6 * LSB)
