@@ -218,16 +218,16 @@ def run_compiled(compiled, items: list[dict], progress: Progress | None = None, 
     outputs: dict[str, list[np.ndarray]] = {}
     per_item, events = [], 0
     per_layer = np.zeros(len(stretches), np.int64) if stretches else None
-    ends = [int(layer["end"]) for layer in stretches] if stretches else None
+    ends = _increasing([int(layer["end"]) for layer in stretches]) if stretches else None
     for first in range(0, len(items), CHUNK):
         part = items[first:first + CHUNK]
         feeds = {key: np.stack([it[key] for it in part]) for key in part[0]}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SaturationWarning)
             if stretches:
-                detail = compiled.run_detailed(feeds, batch=True, threads=2, stretch_ends=_increasing(ends))
+                detail = compiled.run_detailed(feeds, batch=True, threads=2, stretch_ends=ends)
                 values, counts = detail.outputs, detail.result.saturations_per_item.sum(axis=1)
-                per_layer += _per_layer(ends, detail.result.stretch_saturations)
+                per_layer += _per_layer(stretches, detail.result.stretch_saturations)
             else:  # run_counting: a model partitioned between accelerator and host has it too
                 values, counts = compiled.run_counting(feeds, batch=True, threads=2)
         for name, value in values.items():
@@ -244,16 +244,12 @@ def _increasing(ends: list[int]) -> list[int]:
     return sorted({e for e in ends if e > 0})
 
 
-def _per_layer(ends: list[int], per_stretch: np.ndarray) -> np.ndarray:
-    """Each layer's events from those of the stretches ``_increasing(ends)`` (an empty layer's: 0)."""
-    index = {e: k for k, e in enumerate(_increasing(ends))}
-    out = np.zeros(len(ends), np.int64)
-    seen: set[int] = set()
-    for k, e in enumerate(ends):
-        if e in index and e not in seen:
-            seen.add(e)
-            out[k] = per_stretch[index[e]]
-    return out
+def _per_layer(stretches: list[dict], per_stretch: np.ndarray) -> np.ndarray:
+    """Each layer's events from those of the stretches ``_increasing`` made of the map's ends
+    (the map's ranges are contiguous: a layer's stretch ends at its ``end``; an empty one has none)."""
+    index = {e: k for k, e in enumerate(_increasing([int(layer["end"]) for layer in stretches]))}
+    return np.array([per_stretch[index[int(layer["end"])]] if int(layer["end"]) > int(layer["first"]) else 0
+                     for layer in stretches], np.int64)
 
 
 def _base_name(name: str) -> str:

@@ -492,16 +492,17 @@ class Emulator:
         if ends.size and (np.any(np.diff(ends) <= 0) or ends[0] <= 0 or ends[-1] > len(prog)):
             raise ValueError(f"stretch_ends must increase within 1..{len(prog)}")
         per_stretch = np.zeros(ends.size, np.int64)
-        counted = [int(self.saturation.sum())]
+        counted = int(self.saturation.sum())
 
         def count_stretch(start: int) -> None:
             """The events since the last call, to the stretch holding instruction ``start``."""
+            nonlocal counted
             if ends.size:
                 now = int(self.saturation.sum())
                 k = int(np.searchsorted(ends, start, side="right"))
                 if k < ends.size:
-                    per_stretch[k] += now - counted[0]
-                counted[0] = now
+                    per_stretch[k] += now - counted
+                counted = now
 
         pool = ThreadPoolExecutor(len(slices)) if len(slices) > 1 else None
         try:
