@@ -36,9 +36,11 @@ def test_samples_every_interval_from_the_configure_and_bits_follow_the_units():
     inside = (times >= 1) & (times < 101)
     assert d["array_valid"][inside].all() and d["array_ready"][inside].all()
     assert not d["array_valid"][times >= 101 + 2 * ARCH.array_size].any()
-    # The DRAM0 load (issued at clock 2, 40 clocks long) runs in parallel with the MatMul.
-    dram = (times >= 2) & (times < 42)
+    # The DRAM0 load (40 clocks) is issued once the decoder lets go of the MatMul, after its
+    # last input (Tensil's decoder holds a local-port instruction until its last vector).
+    dram = (times >= 101) & (times < 141)
     assert d["dram0_valid"][dram].all()
+    assert not d["dram0_valid"][times < 101].any()
     assert not d["dram1_valid"].any()
 
 

@@ -81,34 +81,37 @@ def test_request_cost_is_per_burst_or_per_vector_when_strided():
     assert strided.end[0] - strided.start[0] == pytest.approx(40 + 10 * 3)
 
 
-def test_read_after_write_chains_vector_by_vector():
-    # The load writes local vector k at 4(k+1); a MatMul reading vector k at s + k must not
-    # get ahead: s >= max_k 4(k+1) - k = 3n + 1 for n = 4.
-    dependent = run([DataMove(DataFlow.DRAM0_TO_LOCAL, 0, 0, 3), MatMul(0, 0, 3)])
-    independent = run([DataMove(DataFlow.DRAM0_TO_LOCAL, 0, 0, 3), MatMul(512, 0, 3)])
-    assert dependent.start[1] == 13
-    assert independent.start[1] == 1  # issued the clock after the load, nothing to wait for
+def test_accumulator_move_waits_for_the_matmul_results():
+    # The decoder lets go of the MatMul after its last input (clock 4); the move from the
+    # accumulators then waits for the results, which arrive FILL clocks after their inputs.
+    tl = run([MatMul(0, 0, 3), DataMove(DataFlow.ACC_TO_LOCAL, 100, 0, 3)])
+    assert tl.issue[1] == 4
+    assert tl.start[1] == tl.done[0] == 4 + FILL
 
 
-def test_write_after_read_does_not_overtake_the_reader():
-    # The save reads local vector k during [4k, 4k + 4). A move from the accumulators writes
-    # vector k during [s + 1 + k, s + 2 + k) (one clock through the output register), which
-    # must begin after that read ended: s >= max_k 3k + 3 = 12.
+def test_decoder_holds_a_dram_load_until_its_last_vector_is_written():
+    # Tensil's Decoder.scala enqueues a local-port request through a SizeAndStrideHandler that
+    # takes it only with its last vector, and local memory takes a write only with its data:
+    # the next instruction is issued once the load's last vector arrived, dependent or not.
+    board = BOARD.with_parameters(dram_latency_ns=100.0)  # 10 clocks
+    dependent = run([DataMove(DataFlow.DRAM0_TO_LOCAL, 0, 0, 3), MatMul(0, 0, 3)], board)
+    independent = run([DataMove(DataFlow.DRAM0_TO_LOCAL, 0, 0, 3), MatMul(512, 0, 3)], board)
+    assert dependent.start[1] == independent.start[1] == 16 + 10
+
+
+def test_decoder_holds_a_save_until_its_last_vector_left_local_memory():
+    # The save reads local vector k during [4k, 4k + 4); the move from the accumulators into
+    # the same vectors is issued after its last read, so it has nothing left to overtake.
     tl = run([DataMove(DataFlow.LOCAL_TO_DRAM0, 0, 100, 3), DataMove(DataFlow.ACC_TO_LOCAL, 0, 0, 3)])
-    assert tl.start[1] == pytest.approx(12)
-    # A faster reader is no obstacle: the MatMul has read vector k by k + 1, the load writes
-    # it at s + 4(k + 1), so the load starts as soon as it is issued.
+    assert tl.issue[1] == tl.start[1] == pytest.approx(16)
     tl = run([MatMul(0, 0, 99), DataMove(DataFlow.DRAM0_TO_LOCAL, 0, 0, 3)])
-    assert tl.start[1] == 1
+    assert tl.issue[1] == tl.start[1] == 100
 
 
 def test_write_after_write_keeps_the_order():
-    # Two loads into the same local vectors share port B anyway; through different paths,
-    # a move from the accumulators may not finish writing before the DRAM load has.
+    # A move from the accumulators into the vectors a DRAM load writes starts after the load.
     tl = run([DataMove(DataFlow.DRAM0_TO_LOCAL, 0, 0, 3), DataMove(DataFlow.ACC_TO_LOCAL, 0, 0, 3)])
-    # The load has written vector k by 4(k + 1); the move writes it from s + 1 + k on:
-    # s >= max_k 3k + 3 = 12.
-    assert tl.start[1] == pytest.approx(12)
+    assert tl.start[1] == pytest.approx(16)
 
 
 def test_port_drains_writes_before_reading():
@@ -124,10 +127,23 @@ def test_noops_cost_one_issue_clock_each():
     assert tl.busy[UNITS.index("decoder")] == 7
 
 
-def test_independent_units_overlap():
-    # A weight load on DRAM1 and a MatMul on other data overlap: the total is the longer one.
+def test_local_port_instructions_run_one_after_another():
+    # A weight load on DRAM1 and a MatMul on other data: Tensil's decoder holds the load until
+    # its last vector is in local memory, so they do not overlap.
     tl = run([DataMove(DataFlow.DRAM1_TO_LOCAL, 512, 0, 9), MatMul(0, 0, 29)])
-    assert tl.cycles == pytest.approx(max(40, 1 + 30 + FILL))
+    assert tl.cycles == pytest.approx(40 + 30 + FILL)
+    # A SIMD on other accumulators waits in the decoder until the MatMul's last input.
+    tl = run([MatMul(0, 0, 9), SIMD(SimdOp.ZERO, write_address=100, write=True)])
+    assert tl.issue[1] == 10
+
+
+def test_queued_accumulator_work_overlaps_a_later_dram_load():
+    # Eight read-write SIMDs (16 accumulator clocks) queue without a local port, so the decoder
+    # issues the load at clock 8 and the two overlap: 8 + 40 clocks, not 16 + 40.
+    simd = SIMD(SimdOp.MOVE, write_address=1, read_address=2, read=True, write=True)
+    tl = run([simd] * 8 + [DataMove(DataFlow.DRAM1_TO_LOCAL, 512, 0, 9)])
+    assert tl.issue[8] == 8
+    assert tl.cycles == pytest.approx(8 + 40)
 
 
 def test_unknown_addresses_beyond_depth_do_not_crash():

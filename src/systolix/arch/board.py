@@ -17,11 +17,11 @@ from systolix.arch.architecture import Architecture
 #: turnaround of a short burst), in ns. Tensil splits a strided DataMove into one request
 #: per vector and a contiguous one into bursts of at most 4 KiB, so this is what makes strided
 #: weight loads slow. Fitted on `ultra_ram/` (the DRAM-heavy program).
-FITTED_DRAM_REQUEST_NS = 103.25
+FITTED_DRAM_REQUEST_NS = 73.33
 #: Fitted: host time per input or output scalar per frame (Tensil's bare-metal driver converts
 #: each float to fixed point and writes it to DRAM0, then reads the outputs back), in ns.
 #: Fitted on `ultra_ram_local_vars_and_consts/` (no DRAM traffic but the input and output).
-FITTED_HOST_NS_PER_SCALAR = 23.17
+FITTED_HOST_NS_PER_SCALAR = 22.86
 
 
 class Board(BaseModel):

@@ -6,6 +6,13 @@ The model follows Tensil's RTL (``Decoder.scala``, ``SystolicArray.scala``,
 - The decoder dispatches at most one instruction per clock, in program order, into per-unit
   command queues; it stalls when a queue is full (DRAM queues hold ~2 instructions, the array,
   accumulator and local-router queues 2N).
+- The decoder holds an instruction that uses a local-memory port until its last vector has
+  passed that port (``decoder_holds_ports``): ``MultiEnqueue`` dispatches only when every target
+  took the instruction, and the port's ``SizeAndStrideHandler`` takes a request only with its
+  last vector (a write only with its data, ``DualPortMem.scala``). So MatMul, LoadWeights and
+  accumulator moves hold it for their vectors, a DRAM load until its last vector arrived, a save
+  until its last vector left local memory: port instructions never overlap one another; only
+  the work queued behind them without a port (SIMD, the array's fill, a save's round trip) does.
 - Units: the DRAM0 and DRAM1 AXI ports; local memory port A (MatMul, LoadWeights and
   accumulator moves) and port B (every DRAM move, through the host router); the systolic
   array; the accumulators with the SIMD ALUs.
@@ -65,8 +72,8 @@ ALL_UNIT_LABELS = {**UNIT_LABELS, TANDEM_UNIT: "Tandem vector unit"}
 
 # Indices into the parameter vector the kernel reads.
 P_N, P_FILL, P_VEC_BYTES, P_BYTES_PER_CYCLE, P_REQ_CYCLES, P_LAT_CYCLES, P_BURST_VECTORS, \
-    P_ISSUE, P_LOCAL_HALF, P_Q_DRAM, P_Q_COMPUTE, P_LOCKS, P_DRAIN, P_Q_TANDEM = range(14)
-N_PARAMS = 14
+    P_ISSUE, P_LOCAL_HALF, P_Q_DRAM, P_Q_COMPUTE, P_LOCKS, P_DRAIN, P_Q_TANDEM, P_HOLD = range(15)
+N_PARAMS = 15
 MAX_QUEUE = 1024
 
 
@@ -88,6 +95,8 @@ class TimingParameters:
     local_locks: bool = True
     drain_on_turnaround: bool = True
     tandem_queue_depth: int = 1
+    # Tensil's decoder holds a local-port instruction until its last vector (module docstring).
+    decoder_holds_ports: bool = True
 
     @classmethod
     def of(cls, board: Board, arch: Architecture | None = None) -> "TimingParameters":
@@ -131,6 +140,7 @@ class TimingParameters:
         p[P_LOCKS] = 1.0 if self.local_locks else 0.0
         p[P_DRAIN] = 1.0 if self.drain_on_turnaround else 0.0
         p[P_Q_TANDEM] = self.tandem_queue_depth
+        p[P_HOLD] = 1.0 if self.decoder_holds_ports else 0.0
         return p
 
 
@@ -226,6 +236,7 @@ def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
     q_comp = int(p[P_Q_COMPUTE])
     use_locks = p[P_LOCKS] != 0.0
     drain = p[P_DRAIN] != 0.0
+    hold_ports = p[P_HOLD] != 0.0
 
     # Per-vector readiness: when the last write completes / the last read ends.
     local_w = np.zeros(local_depth)
@@ -257,6 +268,7 @@ def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
         ra = addr1[i]
         rs = 1 << stride1[i]
         t = t_issue
+        held = 0.0  # when the decoder lets go of a local-port instruction (``hold_ports``)
         if op == 1:  # MatMul
             zeroes = (f & 2) != 0
             accumulate = (f & 1) != 0
@@ -281,6 +293,7 @@ def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
                 _mark(local_r, la, ls, n, s, 1.0)
                 lock_start[0, min(1, la // half)] = s
                 _queue_push(ring, count, U_PA, s)
+                held = e
             if accumulate:
                 _mark(acc_r, ra, rs, n, s + fill, 1.0)
             _mark(acc_w, ra, rs, n, s + fill, 1.0)
@@ -307,6 +320,7 @@ def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
                 _mark(local_r, top, -ls, n, s, 1.0)
                 lock_start[0, min(1, top // half)] = s
                 _queue_push(ring, count, U_PA, s)
+                held = e
             _queue_push(ring, count, U_ARR, s)
         elif op == 2 and (f == 12 or f == 13 or f == 15):  # accumulators <-> local memory
             t = max(t, _queue_slot(ring, count, U_ACC, q_comp), _queue_slot(ring, count, U_PA, q_comp))
@@ -327,6 +341,8 @@ def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
             busy[U_PA] += n
             busy[U_ACC] += n
             lock_start[0, min(1, la // half)] = s
+            # A local write takes each vector as the accumulators deliver it.
+            held = d if f == 12 else e
             if f == 12:
                 _mark(acc_r, ra, rs, n, s, 1.0)
                 _mark(local_w, la, ls, n, s + 1.0, 1.0)
@@ -372,6 +388,8 @@ def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
             busy[unit] += xfer
             busy[U_PB] += xfer
             lock_start[1, min(1, la // half)] = s
+            # Port B writes each vector as its data arrives from DRAM.
+            held = d if to_local else e
             if to_local:
                 dram_read_done[port] = max(dram_read_done[port], d)
                 _mark(dr, ra, rs, n, s, c)
@@ -445,7 +463,7 @@ def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
         if d > last_done:
             last_done = d
         busy[U_DEC] += issue_cycles
-        t_issue = issue[i] + issue_cycles
+        t_issue = max(issue[i] + issue_cycles, held * hold_ports)
     return issue, start, end, done, busy, max(last_done, t_issue)
 
 
