@@ -32,7 +32,8 @@ def _tables(report) -> list[Table]:
                         "-" if o.limit_agreement is None else f"{o.limit_agreement:.1%}")
     tables = [outputs]
     if report.layers:
-        layers = Table(title="Per layer (LSB): accumulated, and the layer alone on float inputs "
+        alone = "" if report.calibration_samples else ", compiled without gains"
+        layers = Table(title=f"Per layer (LSB): accumulated, and the layer alone on float inputs{alone} "
                              f"(bold: alone {ENTERS:g}x the limit or more)")
         longest = max(len(layer.name) for layer in report.layers)
         for col in ["#", "layer", "ops", "RMS", "limit RMS", "offset", "limit offset", "max", "alone RMS", "alone limit",
