@@ -148,6 +148,12 @@ def compile_command(
                                      help="Emit conv tiles one after another (by default consecutive tiles alternate between "
                                           "two accumulator buffers where they fit, and each tile's post-ops and save are "
                                           "interleaved with the next tile's weight loads)."),
+    no_pipeline: bool = typer.Option(False, "--no-pipeline",
+                                     help="Plan every conv single-buffered (by default a conv may be pipelined over the two "
+                                          "halves of local memory, a DRAM move into one overlapping the array's work on the "
+                                          "other: faster on the TCU systolix generates; on Tensil's own bitstreams, whose "
+                                          "decoder runs local-memory instructions one after another, --no-pipeline is 2 to 4% "
+                                          "faster)."),
     no_fuse_pools: bool = typer.Option(False, "--no-fuse-pools",
                                        help="Keep a zero Pad before a max pool, and a 1x1 strided max pool of a conv's output, as "
                                             "layers of their own (by default the pool takes the pads as zeros, and the conv's tail "
@@ -214,7 +220,7 @@ def compile_command(
         compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_step,
                                  calibration=calibrate, split=not no_split, dump_ir=dump_ir,
                                  pack_inputs=not no_pack_input, pack_width=not no_pack_width, estimate_gains=estimate_gains, schedule=not no_schedule,
-                                 batch=batch, fuse_pools=not no_fuse_pools,
+                                 batch=batch, fuse_pools=not no_fuse_pools, pipeline=not no_pipeline,
                                  fuse_preactivations=fuse_preact, merge_residual_convs=not no_merge_residual_convs,
                                  merge_parts=not no_merge_parts,
                                  subsample_strided_reads=not no_subsample_strided_reads, split_maps=not no_split_maps,
