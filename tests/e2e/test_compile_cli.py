@@ -296,14 +296,14 @@ def test_no_pipeline_plans_every_conv_single_buffered_with_the_same_outputs(tmp_
     # Tensil's decoder runs local-memory instructions one after another (docs/latency-model.md,
     # the decoder rule), so its bitstreams gain nothing from pipelined plans: --no-pipeline.
     model = save(M.build("cnn/tiny"), tmp_path / "tiny.onnx")
-    plans = {}
-    for flag in ((), ("--no-pipeline",)):
-        out, dump = tmp_path / f"out{len(flag)}", tmp_path / f"ir{len(flag)}"
-        run_cli("compile", model, "--arch", "ultra96v2", "-o", out, "--dump-ir", dump, "-q", *flag, check=True)
-        plans[flag] = "".join(p.read_text() for p in dump.rglob("*tile-layers*"))
-        feeds = M.example_inputs(M.build("cnn/tiny"), seed=1)
-        plans[flag, "out"] = systolix.load(out / "tiny_16x16.tmodel").run(feeds)
-    assert "pipelined over the two lock halves" in plans[()]
-    assert "pipelined" not in plans[("--no-pipeline",)]
-    for name, value in plans[(), "out"].items():
-        assert np.array_equal(value, plans[("--no-pipeline",), "out"][name]), name
+    feeds = M.example_inputs(M.build("cnn/tiny"), seed=1)
+    plan, outputs = {}, {}
+    for flags in ((), ("--no-pipeline",)):
+        out, dump = tmp_path / f"out{len(flags)}", tmp_path / f"ir{len(flags)}"
+        run_cli("compile", model, "--arch", "ultra96v2", "-o", out, "--dump-ir", dump, "-q", *flags, check=True)
+        plan[flags] = "".join(p.read_text() for p in dump.rglob("*tile-layers*"))
+        outputs[flags] = systolix.load(out / "tiny_16x16.tmodel").run(feeds)
+    assert "pipelined over the two lock halves" in plan[()]
+    assert "pipelined" not in plan[("--no-pipeline",)]
+    for name, value in outputs[()].items():
+        assert np.array_equal(value, outputs[("--no-pipeline",)][name]), name

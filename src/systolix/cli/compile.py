@@ -152,7 +152,7 @@ def compile_command(
                                      help="Plan every conv single-buffered (by default a conv may be pipelined over the two "
                                           "halves of local memory, a DRAM move into one overlapping the array's work on the "
                                           "other: faster on the TCU systolix generates; on Tensil's own bitstreams, whose "
-                                          "decoder runs local-memory instructions one after another, --no-pipeline is 2 to 4% "
+                                          "decoder runs local-memory instructions one after another, --no-pipeline is up to 4% "
                                           "faster)."),
     no_fuse_pools: bool = typer.Option(False, "--no-fuse-pools",
                                        help="Keep a zero Pad before a max pool, and a 1x1 strided max pool of a conv's output, as "
