@@ -295,8 +295,9 @@ def test_bad_calibration_data_is_a_clear_error_with_no_files(tmp_path):
 def test_no_pipeline_plans_every_conv_single_buffered_with_the_same_outputs(tmp_path):
     # Tensil's decoder runs local-memory instructions one after another (docs/latency-model.md,
     # the decoder rule), so its bitstreams gain nothing from pipelined plans: --no-pipeline.
-    model = save(M.build("cnn/tiny"), tmp_path / "tiny.onnx")
-    feeds = M.example_inputs(M.build("cnn/tiny"), seed=1)
+    onnx_model = M.build("cnn/tiny")
+    model = save(onnx_model, tmp_path / "tiny.onnx")
+    feeds = M.example_inputs(onnx_model, seed=1)
     plan, outputs = {}, {}
     for flags in ((), ("--no-pipeline",)):
         out, dump = tmp_path / f"out{len(flags)}", tmp_path / f"ir{len(flags)}"

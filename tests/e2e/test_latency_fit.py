@@ -43,10 +43,6 @@ def test_what_one_kind_of_traffic_costs_matches_the_board(table, more, less, tra
     its last vector is in place (the decoder rule); a model that lets such moves overlap compute
     put the first pair at 0.515 ms against the board's 0.912."""
     rows = {r.point.label: r for r in table}
-
-    def ms(label, fps):
-        return 1e3 / fps(rows[label])
-
-    measured = ms(more, lambda r: r.point.measured_fps) - ms(less, lambda r: r.point.measured_fps)
-    predicted = ms(more, lambda r: r.predicted_fps) - ms(less, lambda r: r.predicted_fps)
+    measured = 1e3 / rows[more].point.measured_fps - 1e3 / rows[less].point.measured_fps
+    predicted = 1e3 / rows[more].predicted_fps - 1e3 / rows[less].predicted_fps
     assert predicted == pytest.approx(measured, rel=0.15), f"{traffic}: {predicted:.3f} ms, measured {measured:.3f}"

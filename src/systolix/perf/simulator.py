@@ -7,7 +7,7 @@ The model follows Tensil's RTL (``Decoder.scala``, ``SystolicArray.scala``,
   command queues; it stalls when a queue is full (DRAM queues hold ~2 instructions, the array,
   accumulator and local-router queues 2N).
 - The decoder holds an instruction that uses a local-memory port until its last vector has
-  passed that port (``decoder_holds_ports``): ``MultiEnqueue`` dispatches only when every target
+  passed that port (the decoder rule): ``MultiEnqueue`` dispatches only when every target
   took the instruction, and the port's ``SizeAndStrideHandler`` takes a request only with its
   last vector (a write only with its data, ``DualPortMem.scala``). So MatMul, LoadWeights and
   accumulator moves hold it for their vectors, a DRAM load until its last vector arrived, a save
@@ -72,8 +72,8 @@ ALL_UNIT_LABELS = {**UNIT_LABELS, TANDEM_UNIT: "Tandem vector unit"}
 
 # Indices into the parameter vector the kernel reads.
 P_N, P_FILL, P_VEC_BYTES, P_BYTES_PER_CYCLE, P_REQ_CYCLES, P_LAT_CYCLES, P_BURST_VECTORS, \
-    P_ISSUE, P_LOCAL_HALF, P_Q_DRAM, P_Q_COMPUTE, P_LOCKS, P_DRAIN, P_Q_TANDEM, P_HOLD = range(15)
-N_PARAMS = 15
+    P_ISSUE, P_LOCAL_HALF, P_Q_DRAM, P_Q_COMPUTE, P_LOCKS, P_DRAIN, P_Q_TANDEM = range(14)
+N_PARAMS = 14
 MAX_QUEUE = 1024
 
 
@@ -95,8 +95,6 @@ class TimingParameters:
     local_locks: bool = True
     drain_on_turnaround: bool = True
     tandem_queue_depth: int = 1
-    # Tensil's decoder holds a local-port instruction until its last vector (module docstring).
-    decoder_holds_ports: bool = True
 
     @classmethod
     def of(cls, board: Board, arch: Architecture | None = None) -> "TimingParameters":
@@ -140,7 +138,6 @@ class TimingParameters:
         p[P_LOCKS] = 1.0 if self.local_locks else 0.0
         p[P_DRAIN] = 1.0 if self.drain_on_turnaround else 0.0
         p[P_Q_TANDEM] = self.tandem_queue_depth
-        p[P_HOLD] = 1.0 if self.decoder_holds_ports else 0.0
         return p
 
 
@@ -236,7 +233,6 @@ def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
     q_comp = int(p[P_Q_COMPUTE])
     use_locks = p[P_LOCKS] != 0.0
     drain = p[P_DRAIN] != 0.0
-    hold_ports = p[P_HOLD] != 0.0
 
     # Per-vector readiness: when the last write completes / the last read ends.
     local_w = np.zeros(local_depth)
@@ -268,7 +264,7 @@ def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
         ra = addr1[i]
         rs = 1 << stride1[i]
         t = t_issue
-        held = 0.0  # when the decoder lets go of a local-port instruction (``hold_ports``)
+        held = 0.0  # when the decoder lets go of a local-port instruction (the decoder rule)
         if op == 1:  # MatMul
             zeroes = (f & 2) != 0
             accumulate = (f & 1) != 0
@@ -463,7 +459,7 @@ def _simulate(opcode, flags, addr0, stride0, addr1, stride1, size, op0, op1, p,
         if d > last_done:
             last_done = d
         busy[U_DEC] += issue_cycles
-        t_issue = max(issue[i] + issue_cycles, held * hold_ports)
+        t_issue = max(issue[i] + issue_cycles, held)
     return issue, start, end, done, busy, max(last_done, t_issue)
 
 
