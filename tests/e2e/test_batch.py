@@ -195,7 +195,7 @@ def test_a_batch_program_cut_by_its_constants_gives_the_whole_programs_outputs()
 
 def test_a_pipelined_layer_runs_its_one_image_plan_image_after_image(tmp_path):
     """A conv whose one-image plan double-buffers across the lock halves (the layer of
-    tests/unit/test_planning.py) keeps that plan in a batch program, image after image: each
+    tests/unit/test_planning.py, tuned for the rtl TCU) keeps that plan in a batch program, image after image: each
     image's raw outputs are the batch-1 program's, and two images take about twice one image's
     clocks under the timing model (2.01x; the unpipelined first fit they shared before, 2.47x)."""
     from systolix.arch import ARCHITECTURES, get_board
@@ -207,9 +207,9 @@ def test_a_pipelined_layer_runs_its_one_image_plan_image_after_image(tmp_path):
     m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
                    [("x", [1, 16, 32, 32])], [("y", None)], {"w": w})
     arch = ARCHITECTURES["pynqz1"].model_copy(update={"accumulator_depth": 256})
-    (plan,) = ir_of(m, arch, until="tile layers", batch=2).layers
+    (plan,) = ir_of(m, arch, until="tile layers", batch=2, tune="rtl").layers
     assert "pipelined" in plan.loop_order
-    one, two = systolix.compile(m, arch), systolix.compile(m, arch, batch=2)
+    one, two = systolix.compile(m, arch, tune="rtl"), systolix.compile(m, arch, batch=2, tune="rtl")
     x = np.random.default_rng(4).uniform(-1, 1, (2, 1, 16, 32, 32)).astype(np.float32)
     raw1 = one.run_detailed({"x": x}, batch=True).raw_outputs["y"]
     raw2 = two.run_detailed({"x": x}, batch=True).raw_outputs["y"]

@@ -292,19 +292,31 @@ def test_bad_calibration_data_is_a_clear_error_with_no_files(tmp_path):
     assert_user_error(proc, "junk.npz", "not a NumPy .npz file")
 
 
-def test_no_pipeline_plans_every_conv_single_buffered_with_the_same_outputs(tmp_path):
+def test_tune_and_no_pipeline_choose_single_or_double_buffered_plans_with_the_same_outputs(tmp_path):
     # Tensil's decoder runs local-memory instructions one after another (docs/latency-model.md,
-    # the decoder rule), so its bitstreams gain nothing from pipelined plans: --no-pipeline.
+    # the decoder rule), so tuned for its TCU (the default) the plans are single-buffered; tuned
+    # for the rtl TCU, which overlaps them, a conv of cnn/tiny double-buffers, unless --no-pipeline.
     onnx_model = M.build("cnn/tiny")
     model = save(onnx_model, tmp_path / "tiny.onnx")
     feeds = M.example_inputs(onnx_model, seed=1)
     plan, outputs = {}, {}
-    for flags in ((), ("--no-pipeline",)):
-        out, dump = tmp_path / f"out{len(flags)}", tmp_path / f"ir{len(flags)}"
+    variants = {"tensil": (), "rtl": ("--tune", "rtl"), "rtl, no pipeline": ("--tune", "rtl", "--no-pipeline")}
+    for k, (label, flags) in enumerate(variants.items()):
+        out, dump = tmp_path / f"out{k}", tmp_path / f"ir{k}"
         run_cli("compile", model, "--arch", "ultra96v2", "-o", out, "--dump-ir", dump, "-q", *flags, check=True)
-        plan[flags] = "".join(p.read_text() for p in dump.rglob("*tile-layers*"))
-        outputs[flags] = systolix.load(out / "tiny_16x16.tmodel").run(feeds)
-    assert "pipelined over the two lock halves" in plan[()]
-    assert "pipelined" not in plan[("--no-pipeline",)]
-    for name, value in outputs[()].items():
-        assert np.array_equal(value, outputs[("--no-pipeline",)][name]), name
+        plan[label] = "".join(p.read_text() for p in dump.rglob("*tile-layers*"))
+        outputs[label] = systolix.load(out / "tiny_16x16.tmodel").run(feeds)
+    assert "pipelined over the two lock halves" in plan["rtl"]
+    assert "pipelined" not in plan["tensil"] and "pipelined" not in plan["rtl, no pipeline"]
+    for label in ("tensil", "rtl, no pipeline"):
+        for name, value in outputs["rtl"].items():
+            assert np.array_equal(value, outputs[label][name]), (label, name)
+
+
+def test_the_compile_summary_names_the_tune_and_a_wrong_one_is_refused(tmp_path):
+    model = save(M.build("cnn/tiny"), tmp_path / "tiny.onnx")
+    proc = run_cli("compile", model, "--arch", "ultra96v2", "-o", tmp_path / "out", "--tune", "rtl", check=True)
+    assert "tuned for the rtl TCU" in " ".join(proc.stdout.split())
+    proc = run_cli("compile", model, "--arch", "ultra96v2", "-o", tmp_path / "bad", "--tune", "gemmini")
+    assert_user_error(proc, "unknown tune 'gemmini'", "tensil, rtl")
+    assert not (tmp_path / "bad").exists()

@@ -202,14 +202,14 @@ def test_a_pipelined_conv_on_the_rtl_gives_the_emulators_outputs_in_fewer_clocks
     stages in alternate lock halves) or the next weight chunk (``weight-chunks``: 128 input
     channels' blocks streamed) loads while the array works on the other half. The RTL computes
     what the emulator does, in the clocks the rtl timing model predicts, fewer than the plain
-    plan's."""
+    plan's (both tuned for the rtl TCU; tuned for Tensil's, plans are single-buffered)."""
     cin, cout, h, w = shape
     onnx_model, rng = conv_relu(cin, cout, h, w)
-    model = systolix.compile(onnx_model, "pynqz1", host=False)
+    model = systolix.compile(onnx_model, "pynqz1", host=False, tune="rtl")
     emulated, rtl = run_rtl(model, {"x": rng.normal(0, 1, (1, cin, h, w)).astype(np.float32)})
     assert np.array_equal(emulated.raw_outputs["y"], rtl.raw_outputs["y"])
     assert rtl.result.cycles == [simulate_rtl(model.program, model.arch).cycles]
-    plain = systolix.compile(onnx_model, "pynqz1", host=False, pipeline=False)
+    plain = systolix.compile(onnx_model, "pynqz1", host=False, tune="rtl", pipeline=False)
     assert rtl.result.cycles[0] < 0.9 * simulate_rtl(plain.program, plain.arch).cycles
 
 

@@ -143,15 +143,16 @@ def test_a_conv_plan_has_its_stages_partitions_and_buffers():
 
 
 def test_a_pipelined_conv_plan_puts_one_context_in_each_lock_half():
-    """With pipelining (the default) the layer of the test above double-buffers: a copy of the
-    weights, a band and a staging area in each half of local memory, so the next stage's band
-    loads while the array works on the current one."""
+    """Tuned for the rtl TCU (whose decoder overlaps DRAM moves with the array's work), the
+    layer of the test above double-buffers: a copy of the weights, a band and a staging area in
+    each half of local memory, so the next stage's band loads while the array works on the
+    current one."""
     rng = np.random.default_rng(8)
     w = rng.normal(size=(24, 16, 3, 3)).astype(np.float32)
     m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])], [("x", [1, 16, 32, 32])],
                    [("y", None)], {"w": w})
     arch = ARCHITECTURES["pynqz1"].model_copy(update={"accumulator_depth": 256})
-    (plan,) = ir_of(m, arch, until="tile layers").layers
+    (plan,) = ir_of(m, arch, until="tile layers", tune="rtl").layers
     assert "pipelined" in plan.loop_order and plan.weights.startswith("resident")
     assert [s.outputs for s in plan.stages] == [(r, r + 8) for r in range(0, 32, 8)]
     halves = plan.lock_halves(arch.local_depth)

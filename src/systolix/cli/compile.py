@@ -19,7 +19,9 @@ def summary_tables(summary) -> list[Table]:
     arch = summary.arch
     N = arch.array_size
     vb = arch.vector_bytes
-    mem = Table(title=f"Compiled {summary.model} for {N}x{N} {arch.data_type.name} ({summary.strategy})", show_lines=False)
+    tuned = "the rtl TCU" if summary.tune == "rtl" else "Tensil's TCU"
+    mem = Table(title=f"Compiled {summary.model} for {N}x{N} {arch.data_type.name} ({summary.strategy}, tuned for {tuned})",
+                show_lines=False)
     mem.add_column("memory")
     mem.add_column("used (vectors)", justify="right")
     mem.add_column("depth (vectors)", justify="right")
@@ -149,11 +151,14 @@ def compile_command(
                                           "two accumulator buffers where they fit, and each tile's post-ops and save are "
                                           "interleaved with the next tile's weight loads)."),
     no_pipeline: bool = typer.Option(False, "--no-pipeline",
-                                     help="Plan every conv single-buffered (by default a conv may be pipelined over the two "
-                                          "halves of local memory, a DRAM move into one overlapping the array's work on the "
-                                          "other: faster on the TCU systolix generates; on Tensil's own bitstreams, whose "
-                                          "decoder runs local-memory instructions one after another, --no-pipeline is up to 4% "
-                                          "faster)."),
+                                     help="Plan every conv single-buffered (by default, with --tune rtl, a conv may be "
+                                          "pipelined over the two halves of local memory, a DRAM move into one overlapping "
+                                          "the array's work on the other)."),
+    tune: str = typer.Option("tensil", "--tune",
+                             help="The TCU to price plans for: tensil (Tensil's bitstreams: its decoder runs DRAM moves and "
+                                  "the array's work one after another, so convs are single-buffered where that lets a tile "
+                                  "hold more) or rtl (the TCU `systolix rtl` generates, which overlaps them: convs may "
+                                  "double-buffer). The program runs on both; only its speed differs."),
     no_fuse_pools: bool = typer.Option(False, "--no-fuse-pools",
                                        help="Keep a zero Pad before a max pool, and a 1x1 strided max pool of a conv's output, as "
                                             "layers of their own (by default the pool takes the pads as zeros, and the conv's tail "
@@ -220,7 +225,7 @@ def compile_command(
         compiled = compile_model(model, architecture, strategy=strategy, host=not no_host, listing=asm, name=name, progress=on_step,
                                  calibration=calibrate, split=not no_split, dump_ir=dump_ir,
                                  pack_inputs=not no_pack_input, pack_width=not no_pack_width, estimate_gains=estimate_gains, schedule=not no_schedule,
-                                 batch=batch, fuse_pools=not no_fuse_pools, pipeline=not no_pipeline,
+                                 batch=batch, fuse_pools=not no_fuse_pools, pipeline=not no_pipeline, tune=tune,
                                  fuse_preactivations=fuse_preact, merge_residual_convs=not no_merge_residual_convs,
                                  merge_parts=not no_merge_parts,
                                  subsample_strided_reads=not no_subsample_strided_reads, split_maps=not no_split_maps,

@@ -80,7 +80,7 @@ def demo(
     for col in ("board", "array", "MHz", "latency ms", "frames/s", "MAC eff.", "bound by"):
         lat.add_column(col, justify="left" if col in ("board", "bound by") else "right", no_wrap=True)
     for name, board in BOARDS.items():
-        board_model = compile_model(onnx_path, board.architecture)
+        board_model = compile_model(onnx_path, board.architecture, tune=board.timing)
         board_dir = workdir / name
         board_model.save(board_dir)
         e = estimate(next(board_dir.glob("*.tmodel")), board)

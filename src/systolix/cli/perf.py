@@ -45,7 +45,7 @@ def _compile_onnx(model: Path, board, arch: str | None, strategy: str, directory
         def progress(_segment: str, done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        compiled = compile_model(model, target, strategy=strategy, progress=progress, batch=batch)
+        compiled = compile_model(model, target, strategy=strategy, progress=progress, batch=batch, tune=board.timing)
     return compiled.save(directory)
 
 

@@ -25,7 +25,7 @@ from systolix.artifacts import ProgramRef, TModel
 from systolix.backend import Artifacts
 from systolix.compiler.batch import free_batch
 from systolix.compiler.calibration import calibration_samples
-from systolix.compiler.context import CompileContext
+from systolix.compiler.context import TUNES, CompileContext
 from systolix.compiler.driver import run_passes
 from systolix.compiler.errors import UnsupportedOpError
 from systolix.compiler.output_offsets import measure_output_offsets
@@ -79,6 +79,8 @@ class CompileSummary:
     output_offsets: dict[str, Any] = field(default_factory=dict)
     """calibrated compiles: per model output, each channel's mean error on the samples (real
     scale) that ``systolix.hir_passes.correct_output_offsets`` took out of its bias"""
+    tune: str = "tensil"
+    """the TCU the plans were priced for (``compile_model``'s ``tune``)"""
     batch_parts: str | None = None
     """batch programs with parts merged or not: which was kept, with each program's clocks under
     the latency model (None: nothing to choose)"""
@@ -182,7 +184,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
                   progress: Callable[[str, int, int], None] | None = None,
                   calibration: Any = None, split: bool = True, dump_ir: str | Path | None = None,
                   pack_inputs: bool = True, pack_width: bool = True, estimate_gains: bool = True,
-                  pipeline: bool = True, schedule: bool = True, batch: int | None = None,
+                  pipeline: bool = True, schedule: bool = True, batch: int | None = None, tune: str = "tensil",
                   fuse_pools: bool = True, fuse_preactivations: bool | None = None, merge_residual_convs: bool = True,
                   merge_parts: bool = True,
                   subsample_strided_reads: bool = True, split_maps: bool = True,
@@ -208,6 +210,10 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     on by default, ``False`` for the plain weights (one binary point, no gains).
     ``pipeline``: let conv layers double-buffer across the two lock halves of local memory when
     the planner's cost model prefers it (``False``: the plain single-buffered plans).
+    ``tune``: the TCU the plans are priced for, one of ``TUNES``: ``"tensil"`` (Tensil's, the
+    default: its decoder runs DRAM moves and the array's work one after another, so plans are
+    single-buffered where that lets a tile hold more) or ``"rtl"`` (the one ``systolix rtl``
+    generates, which overlaps them: double-buffered plans pay there). The program runs on both.
     ``schedule``: let consecutive conv tiles alternate between two accumulator buffers where
     they fit, and interleave each tile's post-ops and save with the next tile's weight loads
     (``systolix.codegen.schedule``; ``False``: tiles one after another, as emitted).
@@ -255,6 +261,8 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
         arch = get_architecture(arch)
     if strategy not in STRATEGIES:
         raise SystolixError(f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES)})")
+    if tune not in TUNES:
+        raise SystolixError(f"unknown tune {tune!r} (expected one of {', '.join(TUNES)})")
     model_or_path, batch, original = free_batch(model_or_path, batch)
     if original is None:
         onnx_model, source, shapes = import_onnx(model_or_path)
@@ -278,7 +286,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
     def context(fuse_pools: bool, output_offsets: dict | None = None) -> CompileContext:
         return CompileContext(arch, strategy, samples, host, split, listing, name, progress=progress, onnx_model=onnx_model,
                               pack_inputs=pack_inputs, pack_width=pack_width, estimate_gains=estimate_gains, pipeline=pipeline,
-                              schedule=schedule, batch=batch, fuse_pools=fuse_pools,
+                              schedule=schedule, tune=tune, batch=batch, fuse_pools=fuse_pools,
                               fuse_preactivations=fuse_preactivations, merge_residual_convs=merge_residual_convs,
                               merge_parts=merge_parts, subsample_strided_reads=subsample_strided_reads, split_maps=split_maps,
                               output_offsets=output_offsets, memo=memo)
@@ -328,7 +336,7 @@ def compile_model(model_or_path: Any, arch: Architecture | str, *, strategy: str
             return compiled
 
         # Only the fastest program so far is kept (a batch of a large model's LIR takes gigabytes).
-        candidates, taking, board = [obj], dict(ctx.merged_parts), choice_board(arch)
+        candidates, taking, board = [obj], dict(ctx.merged_parts), choice_board(arch, tune)
         del obj, program
         obj = _choose_batch_parts(candidates, taking, variant, board)
         if dump_ir is not None and obj.merged_into:
@@ -409,10 +417,12 @@ def _choose_batch_parts(candidates: list, taking: dict[str, list[str]], variant,
     return best
 
 
-def choice_board(arch: Architecture) -> Board:
+def choice_board(arch: Architecture, tune: str = "tensil") -> Board:
     """The board whose latency model chooses between two programs for ``arch``: the preset board
     of that architecture (``ultra96v2``: the Ultra96-V2), else the architecture at 100 MHz with
-    128-bit DRAM ports."""
+    128-bit DRAM ports; with ``tune="rtl"``, the ``rtl`` board (``systolix rtl``'s TCU) with ``arch``."""
+    if tune == "rtl":
+        return BOARDS["rtl"].with_architecture(arch)
     for board in BOARDS.values():
         if board.timing == "tensil" and board.architecture == arch:
             return board
@@ -460,6 +470,7 @@ def _compiled(name: str, arch: Architecture, strategy: str, source: str, program
     files = {k: v for k, v in files.items() if k != top} | {top: files[top]}
     summary = _summary(source, arch, strategy, program, placement, samples)
     summary.split_layers = dict(ctx.split_layers)
+    summary.tune = ctx.tune
     summary.unfused_pools = unfused_pools
     summary.batch = batch
     summary.seconds = time.perf_counter() - started

@@ -9,6 +9,10 @@ from typing import Any, Callable
 from systolix.arch import Architecture
 
 
+#: The TCUs a compile may be tuned for (``CompileContext.tune``), named as the boards' ``timing``.
+TUNES = ("tensil", "rtl")
+
+
 @dataclass
 class CompileContext:
     """The architecture and strategy, the calibration samples, whether nodes may go to the
@@ -51,6 +55,11 @@ class CompileContext:
     pipeline: bool = True
     """Let conv layers double-buffer across the two lock halves of local memory
     (``systolix.planning.tiling``) when its cost model prefers it."""
+    tune: str = "tensil"
+    """The TCU whose timing the planner's cost model prices plans for (``TUNES``): ``"tensil"``,
+    Tensil's, whose decoder runs DRAM moves and the array's work one after another; ``"rtl"``,
+    the one ``systolix rtl`` generates, which overlaps them (double-buffered plans pay there).
+    Programs run the same on both; only their speed differs."""
     schedule: bool = True
     """Give consecutive conv tiles alternate accumulators where they fit and interleave each
     tile's post-ops and save with the next tile's weight loads (``systolix.codegen.schedule``)."""

@@ -135,7 +135,7 @@ def compile_and_estimate(model, arch, board_name: str, strategy: str = "local-is
     if progress is not None:
         progress(label, 0, 0)  # a new job starts, even if it fails before its first layer
     try:
-        compiled = compile_model(model, arch, strategy=strategy, progress=cb, name="bench", batch=batch)
+        compiled = compile_model(model, arch, strategy=strategy, progress=cb, name="bench", batch=batch, tune=board.timing)
     except SystolixError as e:
         return CompiledEstimate(None, time.perf_counter() - started, str(e))
     seconds = time.perf_counter() - started

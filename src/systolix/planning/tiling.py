@@ -167,7 +167,9 @@ def _row_stages(OH: int, R: int, H: int, sh: int, pt: int, KH: int, dh: int) -> 
 
 
 def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipeline: bool = True,
-         schedule: bool = True) -> LayerPlan:
+         schedule: bool = True, serial: bool = False) -> LayerPlan:
+    """The layer's plan; ``serial``: priced for a decoder that runs DRAM moves and the array's
+    work one after another (Tensil's TCU, ``_conv_cost``)."""
     N = arch.array_size
     out = layer.output
     KH, KW = layer.kernel
@@ -281,7 +283,7 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
         may_overlap = schedule and tile_copies == 1
         chosen = _choose(layer, consts, arch, one, rows_in, local_need,
                          acc_room // tile_copies, local_avail,
-                         pipeline and not consts_local and region0 == 0, consts_local, may_overlap)
+                         pipeline and not consts_local and region0 == 0, consts_local, may_overlap, serial)
         if images > 1:
             tail = _tail_clocks(layer)
             w = 0 if consts_local else total_w
@@ -290,12 +292,13 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
 
             def shared(k: int) -> float:
                 """``k`` images a run (the last run the rest), each run one pass of the layer."""
-                return sum(_conv_cost(consts, arch, R, OH, OW, band, w, shares[k][1], False, tail, images=n, runs=runs)
+                return sum(_conv_cost(consts, arch, R, OH, OW, band, w, shares[k][1], False, tail, images=n, runs=runs,
+                                      serial=serial)
                            for n, runs in ((k, batch // k), (batch % k, 1)) if n and runs)
 
             cR, cg, cres, cpipe = chosen
             alone = _conv_cost(consts, arch, cR, OH, OW, rows_in(cR) * W * sum_gi, w, cres, cpipe, tail,
-                               may_overlap and 2 * cR * OW * cg <= acc_room // tile_copies, runs=batch)
+                               may_overlap and 2 * cR * OW * cg <= acc_room // tile_copies, runs=batch, serial=serial)
             # Fewer images a run than fit can cost less (4 images as 2 + 2 rather than 3 + 1).
             cost, best = min((shared(k), -k) for k in shares)
             images = 1 if alone < cost else -best
@@ -338,7 +341,7 @@ def conv(layer: ConvLayer, consts, plan: Plan, arch, consts_local: bool, pipelin
 
 
 def _conv_cost(consts, arch, R: int, OH: int, OW: int, band: int, total_w: int, resident: bool, pipelined: bool,
-               tail: int = 0, overlap: bool = False, images: int = 1, runs: int = 1) -> float:
+               tail: int = 0, overlap: bool = False, images: int = 1, runs: int = 1, serial: bool = False) -> float:
     """Clocks a conv plan takes, roughly: per stage the array's work (every weight block's load
     and drain, the band streaming through it, the bias) against the DRAM moves (band, weights,
     saves) at ``vector_bytes / 16`` clocks a vector (a 128-bit port); a pipelined plan overlaps
@@ -346,8 +349,11 @@ def _conv_cost(consts, arch, R: int, OH: int, OW: int, band: int, total_w: int, 
     vector, after the array's work, or (``overlap``: two accumulator buffers, the schedule pass)
     hidden up to ``2N`` clocks a weight block behind the next tile's loads. ``images`` stream
     through each weight tile together (each its own band and tile), in ``runs`` runs of the layer
-    (a batch program; resident weights are loaded once for all). Only the comparison between
-    plans of one layer matters."""
+    (a batch program; resident weights are loaded once for all). ``serial``: the DRAM moves and
+    the array's work add up whatever the plan, as on Tensil's TCU, whose decoder holds every
+    instruction that uses a local-memory port until its last vector has passed
+    (``systolix.perf.simulator``): there a pipelined plan only gives up half of local memory.
+    Only the comparison between plans of one layer matters."""
     N = arch.array_size
     per_vector = arch.vector_bytes / 16
     n_go = len(consts.blocks)
@@ -359,6 +365,8 @@ def _conv_cost(consts, arch, R: int, OH: int, OW: int, band: int, total_w: int, 
         after = n_go * vectors * tail
         compute += max(0, after - 2 * N * n_blocks) if overlap else after
         moved = images * band + n_go * vectors + (0 if resident else total_w)
+        if serial:
+            return compute + moved * per_vector
         if not pipelined:
             if images > 1:
                 # Image 0's MatMuls wait for its own band only: the other images' bands load,
@@ -373,11 +381,11 @@ def _conv_cost(consts, arch, R: int, OH: int, OW: int, band: int, total_w: int, 
 
     cost = (OH // R) * stage(R) + (stage(OH % R) if OH % R else 0.0) + (band * per_vector if pipelined else 0)
     weights_once = total_w * (2 if pipelined else 1) if resident else 0
-    return runs * cost + weights_once * per_vector / (2 if pipelined else 1)
+    return runs * cost + weights_once * per_vector / (1 if serial or not pipelined else 2)
 
 
 def _choose(layer: ConvLayer, consts, arch, first: tuple[int, int, bool], rows_in, local_need, acc_avail: int, local_avail: int,
-            may_pipeline: bool, consts_local: bool, may_overlap: bool = False) -> tuple[int, int, bool, bool]:
+            may_pipeline: bool, consts_local: bool, may_overlap: bool = False, serial: bool = False) -> tuple[int, int, bool, bool]:
     """``(rows, groups, resident, pipelined)``: of the plans that fit (for every number of output
     groups a partition computes, the most rows with the weights resident or streamed, in all of
     local memory or, pipelined, in half of it), the one ``_conv_cost`` scores lowest. Fewer
@@ -408,7 +416,7 @@ def _choose(layer: ConvLayer, consts, arch, first: tuple[int, int, bool], rows_i
     def cost(R, g, resident, pipelined):
         overlap = may_overlap and 2 * R * OW * g <= acc_avail
         return _conv_cost(consts, arch, R, OH, OW, rows_in(R) * W * sum_gi, 0 if consts_local else total_w, resident, pipelined,
-                          tail, overlap)
+                          tail, overlap, serial=serial)
 
     R, ng, resident = first
     best, choice = cost(R, ng, resident, False), (R, ng, resident, False)
@@ -632,7 +640,8 @@ def tile_layers(plan: Plan, ctx) -> Plan:
     consts_local = plan.memory.consts_local
     pipeline = getattr(ctx, "pipeline", True)
     schedule = getattr(ctx, "schedule", True)
-    layers = [conv(layer, c.data, plan, ctx.arch, consts_local, pipeline, schedule) if isinstance(layer, ConvLayer) else
+    serial = getattr(ctx, "tune", "tensil") == "tensil"
+    layers = [conv(layer, c.data, plan, ctx.arch, consts_local, pipeline, schedule, serial) if isinstance(layer, ConvLayer) else
               TILERS[type(layer)](layer, c.data, plan, ctx.arch, consts_local)
               for layer, c in zip(plan.hir.layers, plan.constants.layers)]
     return dataclasses.replace(plan, layers=layers)
