@@ -32,7 +32,7 @@ def relu(v: int) -> Simd:
 def test_a_tail_goes_out_in_chunks_before_the_next_groups_weight_loads():
     """N = 4: at least 8 accumulator clocks (a register write, one clock, and four read-and-write
     SIMD ops, two each) before each LoadWeights of the next group; the accumulators -> local move
-    and the save wait for the next group's own tail."""
+    and the save wait for the next group's own tail (tuned for the rtl TCU)."""
     zero = Simd(SimdOp.ZERO, dest=1)
     tail0 = [zero, relu(0), relu(1), relu(2), relu(3), relu(4), Move(A + 0, L + 100, 5), Move(L + 100, D0 + 0, 5)]
     group0 = [LoadWeights(L + 0, 5), MatMul(L + 10, A + 0, 5)]
@@ -42,6 +42,10 @@ def test_a_tail_goes_out_in_chunks_before_the_next_groups_weight_loads():
     before = group0 + tail0 + group1 + tail1
     after = group0 + tail0[:5] + group1[:2] + [tail0[5]] + group1[2:] + tail0[6:] + tail1
     assert schedule_instructions(before, 4) == after
+    # Tuned for Tensil's TCU (``moves``), whose decoder holds the move and the save wherever they
+    # stand, they go out in the chunks too: behind the last SIMD op, before the second weight load.
+    after = group0 + tail0[:5] + group1[:2] + tail0[5:] + group1[2:] + tail1
+    assert schedule_instructions(before, 4, moves=True) == after
 
 
 def test_an_instruction_touching_what_the_tail_uses_lets_it_all_out_first():

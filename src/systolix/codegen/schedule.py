@@ -8,7 +8,10 @@ on our RTL's single compute lane). The groups of a partition use different accum
 consecutive partitions alternate two buffers where they fit (``ConvTiling.acc_tiles``); so this
 pass holds a group's tail back and lets its SIMD ops out a chunk at a time just before each
 ``LoadWeights`` of the next group, where the accumulators (the RTL: its compute lane) would
-otherwise wait; the move and the save go out when the next group's own tail starts.
+otherwise wait. Tuned for the rtl TCU, the move and the save go out when the next group's own
+tail starts; tuned for Tensil's (``CompileContext.tune``), they go out in the chunks too, after
+the SIMD ops: its decoder holds each of them until its last vector has passed local memory
+wherever it stands, and before a weight load that time overlaps the array's drain.
 
 Only instructions that commute are reordered: an instruction of the next tile moves ahead of the
 held-back tail only if it neither reads what the tail writes nor writes what the tail reads or
@@ -153,17 +156,17 @@ class _Tail:
     def __bool__(self) -> bool:
         return self.at < len(self.items)
 
-    def release(self, out: list, budget: float) -> None:
-        """Let out the next SIMD ops worth ``budget`` accumulator clocks. The accumulators ->
-        local move and the saves behind it wait for ``flush``, the next tail: let out early, the
-        move would hold its staging area's lock half while the next weight chunks stream into
-        that half (our RTL's decoder then stops until the compute lane has caught up), and a
-        save right behind it would wait for it."""
+    def release(self, out: list, budget: float, moves: bool = False) -> None:
+        """Let out the next SIMD ops worth ``budget`` accumulator clocks. Unless ``moves``, the
+        accumulators -> local move and the saves behind it wait for ``flush``, the next tail: let
+        out early on our RTL, the move would hold its staging area's lock half while the next
+        weight chunks stream into that half (its decoder then stops until the compute lane has
+        caught up), and a save right behind it would wait for it."""
         items = self.items
         spent = 0
         while self.at < len(items) and spent < budget:
             ins = items[self.at]
-            if type(ins) is Move and (ins.source >> TAG_SHIFT) == _ACC:
+            if not moves and type(ins) is Move and (ins.source >> TAG_SHIFT) == _ACC:
                 break
             spent += _cost(ins)
             out.append(ins)
@@ -183,9 +186,9 @@ def _hulls(ranges: list) -> dict[int, tuple[int, int]]:
     return hulls
 
 
-def schedule_instructions(instructions: list, n: int) -> list:
+def schedule_instructions(instructions: list, n: int, moves: bool = False) -> list:
     """The instructions of one layer with each tail interleaved into the next tile's stream
-    (``n``: the array size)."""
+    (``n``: the array size; ``moves``: the tail's moves and saves too, ``_Tail.release``)."""
     out: list = []
     tail = _Tail()
     in_tail = False  # the last instructions seen were the current tail's
@@ -208,7 +211,7 @@ def schedule_instructions(instructions: list, n: int) -> list:
         if fp is None or tail.conflicts(fp):
             tail.flush(out)
         elif kind is LoadWeights:
-            tail.release(out, budget)
+            tail.release(out, budget, moves)
         out.append(ins)
     tail.flush(out)
     return out
@@ -222,8 +225,9 @@ def schedule(lir: LirProgram, ctx) -> LirProgram:
     out: list = []
     records = []
     n = ctx.arch.array_size
+    moves = getattr(ctx, "tune", "tensil") == "tensil"
     for rec in lir.layers:
-        done = schedule_instructions(lir.instructions[rec.first:rec.end], n)
+        done = schedule_instructions(lir.instructions[rec.first:rec.end], n, moves)
         records.append(dataclasses.replace(rec, first=len(out), end=len(out) + len(done)))
         out.extend(done)
     return dataclasses.replace(lir, instructions=out, layers=records)
