@@ -131,7 +131,8 @@ def zoo_row(name: str, size: int | None = None, arch: str = "ultra96v2", board_n
     say(f"{name} {size}: compiling", 0, 0)
     started = time.perf_counter()
     try:
-        compiled = compile_model(model, arch, progress=lambda _what, done, total: say(f"{name} {size}: compiling", done, total))
+        compiled = compile_model(model, arch, progress=lambda _what, done, total: say(f"{name} {size}: compiling", done, total),
+                                 tune=get_board(board_name).timing)
     except SystolixError as e:
         row.update(compiles=False, error=str(e), compile_seconds=round(time.perf_counter() - started, 2))
         return row
