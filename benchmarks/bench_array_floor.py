@@ -17,6 +17,19 @@ bound. The table gives, for each model and board, the compute bound, the floor, 
 of the compute bound any program can reach (compute bound / floor), our compile's accelerator
 clocks under the fitted model (``systolix estimate``), its share, and how far it is above the
 floor.
+
+``--published``: the nine rows of Tensil's published benchmark table (local-isolated, batch 1)
+and the least time any program takes there on Tensil's TCU, whose decoder holds every
+instruction that uses a local-memory port until its last vector has passed (the decoder rule,
+``docs/latency-model.md``): the MatMuls and weight loads of the array floor and the weights'
+DRAM1 loads add up; only the array's drains can hide behind those loads. Every weight block's N
+rows cross DRAM1 once at the port's peak rate, and the host writes and reads the model's own
+input and output values (no padding) at the board's fitted cost a scalar:
+
+    decoder floor = sum over blocks (pixels + N + 1) + max(blocks x (2N - 1), DRAM1 bytes / peak bytes a clock)
+
+Published / that floor is the most any compile can gain over Tensil's published latency on the
+row.
 """
 
 from __future__ import annotations
@@ -87,10 +100,72 @@ def row(name: str, arch_name: str, strategy: str, board_name: str) -> dict:
             "floor": floor, "blocks": blocks, "cycles": est.cycles}
 
 
+def io_scalars(onnx_model) -> int:
+    """Values of the model's graph inputs (not initializers) and outputs, at batch 1."""
+    inits = {i.name for i in onnx_model.graph.initializer}
+
+    def count(values) -> int:
+        return sum(int(np.prod([max(1, d.dim_value) for d in v.type.tensor_type.shape.dim])) for v in values if v.name not in inits)
+
+    return count(onnx_model.graph.input) + count(onnx_model.graph.output)
+
+
+def published_row(name: str, board_name: str) -> dict:
+    """One row of Tensil's published table: its latency, the decoder floor and our compile."""
+    from systolix.perf.bench import PUBLISHED_FIGURES
+    from systolix.perf.estimate import estimate_partitioned
+
+    board = get_board(board_name)
+    arch = board.architecture
+    onnx_model = build_cached(name)
+    compiled = compile_model(onnx_model, arch, tune=board.timing)
+    n = arch.array_size
+    layers = [layer for seg in compiled.summary.segments if seg.kind == "accelerator" for layer in seg.hir.layers]
+    floor, blocks = array_floor(layers, n)
+    dram1 = blocks * n * arch.vector_bytes / board.bytes_per_cycle
+    decoder_floor = floor - blocks * (2 * n - 1) + max(blocks * (2 * n - 1), dram1)
+    host_ms = io_scalars(onnx_model) * board.host_ns_per_scalar * 1e-6
+    with tempfile.TemporaryDirectory(prefix="systolix-floor-") as tmp:
+        path = compiled.save(tmp)
+        # Constants past DRAM1 cut the model into programs run in a row (as ``systolix bench``).
+        est = estimate_partitioned(path, board)[0] if compiled.summary.constant_cuts else estimate(path, board)
+    per_ms = board.clock_mhz * 1e3
+    return {"model": name, "board": board_name, "published_ms": PUBLISHED_FIGURES[name][board_name][0],
+            "floor_ms": decoder_floor / per_ms + host_ms, "host_ms": host_ms, "dram1_ms": dram1 / per_ms,
+            "array_floor_ms": floor / per_ms, "our_ms": est.latency_ms}
+
+
+def published_table(models: list[str] | None) -> None:
+    from systolix.perf.bench import BENCH_BOARDS, BENCH_MODELS
+
+    table = Table(title="Tensil's published rows: the least any program takes on Tensil's TCU at batch 1 (the decoder floor)")
+    for col in ("model", "board", "array floor ms", "weights via DRAM1 ms", "host I/O ms", "decoder floor ms", "our ms",
+                "published ms", "published / floor", "published / ours"):
+        table.add_column(col, justify="left" if col in ("model", "board") else "right")
+    console = Console(width=200)
+    best, ours = [], []
+    for name in [m for m in BENCH_MODELS if not models or m in models]:
+        for board_name in BENCH_BOARDS:
+            r = published_row(name, board_name)
+            best.append(r["published_ms"] / r["floor_ms"])
+            ours.append(r["published_ms"] / r["our_ms"])
+            table.add_row(name, board_name, f"{r['array_floor_ms']:.3g}", f"{r['dram1_ms']:.3g}", f"{r['host_ms']:.3g}",
+                          f"{r['floor_ms']:.3g}", f"{r['our_ms']:.3g}", f"{r['published_ms']:g}", f"{best[-1]:.2f}x",
+                          f"{ours[-1]:.2f}x")
+            console.print(f"{name} on {board_name}: done")
+    console.print(table)
+    geo = lambda xs: float(np.exp(np.mean(np.log(xs))))  # noqa: E731
+    console.print(f"geometric mean over {len(best)} rows: published / decoder floor {geo(best):.3f}x, published / ours {geo(ours):.3f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", action="append", help="only this model (repeatable)")
+    parser.add_argument("--published", action="store_true", help="the nine rows of Tensil's published table and their decoder floor")
     args = parser.parse_args()
+    if args.published:
+        published_table(args.model)
+        return
     rows = [r for r in ROWS if not args.model or r[0] in args.model]
     table = Table(title="The array floor: the least clocks any program takes on Tensil's array (batch 1)")
     for col in ("model", "arch", "strategy", "board", "N", "compute bound", "weight blocks", "array floor",
