@@ -195,9 +195,10 @@ def test_a_batch_program_cut_by_its_constants_gives_the_whole_programs_outputs()
 
 def test_a_pipelined_layer_runs_its_one_image_plan_image_after_image(tmp_path):
     """A conv whose one-image plan double-buffers across the lock halves (the layer of
-    tests/unit/test_planning.py, tuned for the rtl TCU) keeps that plan in a batch program, image after image: each
-    image's raw outputs are the batch-1 program's, and two images take about twice one image's
-    clocks under the timing model (2.01x; the unpipelined first fit they shared before, 2.47x)."""
+    tests/unit/test_planning.py, tuned for the rtl TCU) keeps that plan in a batch program,
+    image after image: each image's raw outputs are the batch-1 program's, and two images take
+    about twice one image's clocks under the timing model (2.01x; the unpipelined first fit they
+    shared before, 2.47x)."""
     from systolix.arch import ARCHITECTURES, get_board
     from systolix.perf.estimate import estimate
     from tests.onnx_builders import ir_of

@@ -142,28 +142,6 @@ def test_a_conv_plan_has_its_stages_partitions_and_buffers():
     assert plan.lock_halves(arch.local_depth) == {"weights": "0", "input band": "0", "staging": "0"}
 
 
-def test_each_tune_gives_the_program_faster_on_the_tcu_it_prices():
-    """``tune``: Tensil's decoder runs DRAM moves and the array's work one after another, so its
-    tune (the default) keeps single-buffered plans, whose tiles hold more; the rtl TCU overlaps
-    them, so its tune double-buffers. Each program is the faster one on its own TCU's timing model
-    (the same conv on three architectures)."""
-    from systolix.compiler import choice_board
-    from systolix.perf.simulator import simulate
-
-    rng = np.random.default_rng(8)
-    w = rng.normal(0, 0.1, size=(24, 16, 3, 3)).astype(np.float32)
-    m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])], [("x", [1, 16, 32, 32])],
-                   [("y", None)], {"w": w})
-    for arch in (ARCHITECTURES["pynqz1"].model_copy(update={"accumulator_depth": 256}), ARCHITECTURES["pynqz1"],
-                 ARCHITECTURES["ultra96v2"]):
-        tensil, rtl = compile_model(m, arch, host=False), compile_model(m, arch, host=False, tune="rtl")
-        assert tensil.summary.tune == "tensil" and rtl.summary.tune == "rtl"
-        on_tensil, on_rtl = choice_board(arch, "tensil"), choice_board(arch, "rtl")
-        assert on_tensil.timing == "tensil" and on_rtl.timing == "rtl" and on_rtl.architecture == arch
-        assert simulate(tensil.program, on_tensil).cycles < simulate(rtl.program, on_tensil).cycles
-        assert simulate(rtl.program, on_rtl).cycles < simulate(tensil.program, on_rtl).cycles
-
-
 def test_a_pipelined_conv_plan_puts_one_context_in_each_lock_half():
     """Tuned for the rtl TCU (whose decoder overlaps DRAM moves with the array's work), the
     layer of the test above double-buffers: a copy of the weights, a band and a staging area in
@@ -181,6 +159,28 @@ def test_a_pipelined_conv_plan_puts_one_context_in_each_lock_half():
     assert halves == {f"{b} {k}": str(k) for k in (0, 1) for b in ("weights", "input band", "staging")}
     sizes = {b.name: b.size for b in plan.local}
     assert sizes["weights 0"] == sizes["weights 1"] == 3 * (1 + 9 * 2 * 8) and sizes["input band 1"] == 10 * 32 * 2
+
+
+def test_each_tune_gives_the_program_faster_on_the_tcu_it_prices():
+    """``tune``: Tensil's decoder runs DRAM moves and the array's work one after another, so its
+    tune (the default) keeps single-buffered plans, whose tiles hold more; the rtl TCU overlaps
+    them, so its tune double-buffers. Each program is the faster one on its own TCU's timing model
+    (the layer of the two tests above, on three architectures)."""
+    from systolix.compiler import choice_board
+    from systolix.perf.simulator import simulate
+
+    rng = np.random.default_rng(8)
+    w = rng.normal(0, 0.1, size=(24, 16, 3, 3)).astype(np.float32)
+    m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])], [("x", [1, 16, 32, 32])],
+                   [("y", None)], {"w": w})
+    for arch in (ARCHITECTURES["pynqz1"].model_copy(update={"accumulator_depth": 256}), ARCHITECTURES["pynqz1"],
+                 ARCHITECTURES["ultra96v2"]):
+        tensil, rtl = compile_model(m, arch, host=False), compile_model(m, arch, host=False, tune="rtl")
+        assert tensil.summary.tune == "tensil" and rtl.summary.tune == "rtl"
+        on_tensil, on_rtl = choice_board(arch, "tensil"), choice_board(arch, "rtl")
+        assert on_tensil.timing == "tensil" and on_rtl.timing == "rtl" and on_rtl.architecture == arch
+        assert simulate(tensil.program, on_tensil).cycles < simulate(rtl.program, on_tensil).cycles
+        assert simulate(rtl.program, on_rtl).cycles < simulate(tensil.program, on_rtl).cycles
 
 
 def test_a_layer_too_big_for_local_memory_names_itself():
