@@ -112,8 +112,8 @@ def io_scalars(onnx_model) -> int:
 
 def published_row(name: str, board_name: str) -> dict:
     """One row of Tensil's published table: its latency, the decoder floor and our compile."""
+    from systolix.compiler import program_estimate
     from systolix.perf.bench import PUBLISHED_FIGURES
-    from systolix.perf.estimate import estimate_partitioned
 
     board = get_board(board_name)
     arch = board.architecture
@@ -125,10 +125,7 @@ def published_row(name: str, board_name: str) -> dict:
     dram1 = blocks * n * arch.vector_bytes / board.bytes_per_cycle
     decoder_floor = floor - blocks * (2 * n - 1) + max(blocks * (2 * n - 1), dram1)
     host_ms = io_scalars(onnx_model) * board.host_ns_per_scalar * 1e-6
-    with tempfile.TemporaryDirectory(prefix="systolix-floor-") as tmp:
-        path = compiled.save(tmp)
-        # Constants past DRAM1 cut the model into programs run in a row (as ``systolix bench``).
-        est = estimate_partitioned(path, board)[0] if compiled.summary.constant_cuts else estimate(path, board)
+    est = program_estimate(compiled, board)  # a model cut by its constants: its programs in a row
     per_ms = board.clock_mhz * 1e3
     return {"model": name, "board": board_name, "published_ms": PUBLISHED_FIGURES[name][board_name][0],
             "floor_ms": decoder_floor / per_ms + host_ms, "host_ms": host_ms, "dram1_ms": dram1 / per_ms,
